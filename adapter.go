@@ -1,0 +1,83 @@
+package millrace
+
+import (
+	"context"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/millrace/millrace/deadletter"
+)
+
+// Capabilities is what an adapter declares about its broker. The router refuses at start-up a
+// policy the adapter cannot honour, and the conformance suite skips only on these.
+type Capabilities struct {
+	// Broker names the adapter, e.g. "redisstream".
+	Broker string
+	// NativeAttemptCount is true when the broker counts deliveries itself.
+	NativeAttemptCount bool
+	// PerMessageDelay is true when any delay can be chosen per message; false when delays come
+	// from fixed tiers declared at provisioning (one retry queue or topic per distinct delay).
+	PerMessageDelay bool
+	// MaxTiers bounds the number of distinct delays when PerMessageDelay is false; 0 = no bound.
+	MaxTiers int
+	// MaxDelay is the longest delay the broker can wait; 0 = no limit.
+	MaxDelay time.Duration
+	// DelayGranularity is the unit delays must be a multiple of (SQS: 1 s); 0 = any.
+	DelayGranularity time.Duration
+	// DeliveryLimit is the broker's own cap on deliveries (quorum queues); 0 = none.
+	DeliveryLimit int
+	// CarriesLastError is true when the previous attempt's error text reaches the next attempt.
+	CarriesLastError bool
+}
+
+// Disposition tells the retry middleware what to do with the original after a retry was scheduled.
+type Disposition uint8
+
+const (
+	// AckOriginal: the retry lives in a new copy (retry topic, delayed republish); ack the original.
+	AckOriginal Disposition = iota + 1
+	// NackOriginal: the broker redelivers the original itself after the delay (Redis PEL reclaim,
+	// RabbitMQ dead-letter to a TTL queue, SQS visibility timeout); nack it and do not ack.
+	NackOriginal
+)
+
+// RetryRequest asks an adapter to deliver a message again later.
+type RetryRequest struct {
+	// Attempt is the attempt that just failed.
+	Attempt Attempt
+	// Delay is how long to wait before the next attempt.
+	Delay time.Duration
+	// Err is the failure, carried as the next attempt's LastError where the broker allows.
+	Err error
+	// FailedAt is when the attempt failed.
+	FailedAt time.Time
+}
+
+// Adapter is the contract every broker package implements. It connects the broker's native
+// retry state to millrace's Attempt, and performs retries and dead-lettering without blocking
+// the messages behind the failed one.
+type Adapter interface {
+	// Capabilities declares what the broker can do.
+	Capabilities() Capabilities
+	// Publisher publishes to the broker.
+	Publisher() message.Publisher
+	// Subscriber consumes from the broker; its messages carry what DecodeAttempt needs.
+	Subscriber() message.Subscriber
+	// Provision declares the topology topic needs under policy (retry tiers, dead-letter
+	// destination). It is idempotent.
+	Provision(ctx context.Context, topic string, policy RetryPolicy) error
+	// DecodeAttempt reads the attempt of a received message from native state and headers.
+	// It never fails on untrusted input; MaxAttempts is filled in by the caller.
+	DecodeAttempt(msg *message.Message) Attempt
+	// ScheduleRetry arranges a redelivery after req.Delay without blocking later messages.
+	// On error the original must be left unacknowledged.
+	ScheduleRetry(ctx context.Context, msg *message.Message, req RetryRequest) (Disposition, error)
+	// DeadLetter writes rec to the poison destination of rec.OriginalTopic. Only a nil return
+	// allows the original to be acknowledged.
+	DeadLetter(ctx context.Context, msg *message.Message, rec deadletter.Record) error
+	// DeadLetterTopic names the poison destination of topic, readable through Subscriber.
+	DeadLetterTopic(topic string) string
+	// Close releases the adapter's connections.
+	Close() error
+}

@@ -1,0 +1,99 @@
+package millrace
+
+import (
+	"context"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// AttemptSource says where an Attempt's number came from.
+type AttemptSource uint8
+
+const (
+	// SourceNone means nothing recorded a previous delivery: the number is 1 by default.
+	SourceNone AttemptSource = iota
+	// SourceNative means the broker's own counter (Redis PEL delivery count, RabbitMQ x-death,
+	// SQS ApproximateReceiveCount).
+	SourceNative
+	// SourceHeader means a header written by millrace (or Spring Kafka) when it republished.
+	SourceHeader
+)
+
+// String returns "none", "native" or "header".
+func (s AttemptSource) String() string {
+	switch s {
+	case SourceNative:
+		return "native"
+	case SourceHeader:
+		return "header"
+	default:
+		return "none"
+	}
+}
+
+// Attempt is the broker-neutral view of one delivery of a message.
+type Attempt struct {
+	// Number is the attempt number: 1 for the first delivery, counting across delayed retries.
+	Number int
+	// NativeCount is the broker's own delivery count for this copy of the message, 0 where the
+	// broker keeps none. It differs from Number when a retry republishes (which resets it).
+	NativeCount int
+	// MaxAttempts is the policy's limit, the first attempt included.
+	MaxAttempts int
+	// FirstAttemptAt is when the first attempt was delivered, where known.
+	FirstAttemptAt time.Time
+	// OriginalTopic is the topic or queue the message was first published to.
+	OriginalTopic string
+	// OriginalKey is the original routing key (RabbitMQ) or partition key (Kafka), where any.
+	OriginalKey string
+	// Broker names the adapter ("memory", "redisstream", "amqp", "kafka", "sqs").
+	Broker string
+	// NativeID is the broker's id of this delivery (stream entry id, offset, SQS message id).
+	NativeID string
+	// LastError is the error text of the previous attempt, where the broker could carry it.
+	LastError string
+	// Source says where Number came from.
+	Source AttemptSource
+}
+
+// IsLast reports whether this is the last attempt the policy allows.
+func (a Attempt) IsLast() bool { return a.MaxAttempts > 0 && a.Number >= a.MaxAttempts }
+
+type attemptKey struct{}
+
+// WithAttempt returns ctx carrying a. The attempt middleware calls it; handlers use AttemptFrom.
+func WithAttempt(ctx context.Context, a *Attempt) context.Context {
+	return context.WithValue(ctx, attemptKey{}, a)
+}
+
+// AttemptFromContext returns the Attempt stored in ctx, and false if there is none.
+func AttemptFromContext(ctx context.Context) (Attempt, bool) {
+	a, ok := ctx.Value(attemptKey{}).(*Attempt)
+	if !ok || a == nil {
+		return Attempt{}, false
+	}
+	return *a, true
+}
+
+// AttemptFrom returns the Attempt of msg as decoded by the attempt middleware, or the zero
+// Attempt (Number 0) when msg did not pass through it.
+func AttemptFrom(msg *message.Message) Attempt {
+	a, _ := AttemptFromContext(msg.Context())
+	return a
+}
+
+type decodeErrorKey struct{}
+
+// WithDecodeError marks a delivery whose payload or headers an adapter could not decode.
+// The attempt middleware dead-letters such a message as Malformed without calling the handler,
+// so an undecodable message is never skipped, requeued forever or lost.
+func WithDecodeError(ctx context.Context, err error) context.Context {
+	return context.WithValue(ctx, decodeErrorKey{}, err)
+}
+
+// DecodeErrorFrom returns the error set by WithDecodeError, or nil.
+func DecodeErrorFrom(ctx context.Context) error {
+	err, _ := ctx.Value(decodeErrorKey{}).(error)
+	return err
+}

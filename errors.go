@@ -1,0 +1,47 @@
+package millrace
+
+import "errors"
+
+var (
+	// ErrInvalidConfig is wrapped by every configuration error refused at start-up.
+	ErrInvalidConfig = errors.New("millrace: invalid configuration")
+	// ErrPolicyExceedsAdapter is wrapped when a retry policy asks for more than the adapter allows
+	// (a delay above its maximum, more attempts than the broker's delivery limit).
+	ErrPolicyExceedsAdapter = errors.New("millrace: retry policy exceeds what the adapter supports")
+	// ErrExhausted is wrapped by the error of a message that failed on its last allowed attempt.
+	ErrExhausted = errors.New("millrace: retry attempts exhausted")
+	// ErrRetryScheduled is returned (wrapped) by the retry middleware when the adapter delivers the
+	// retry by leaving the original unacknowledged; the router then nacks it, on purpose.
+	ErrRetryScheduled = errors.New("millrace: retry scheduled by the broker, original left unacknowledged")
+	// ErrDeadLetterFailed is wrapped when the poison destination could not be written; the original
+	// is not acknowledged.
+	ErrDeadLetterFailed = errors.New("millrace: dead-letter publish failed")
+	// ErrRetryPublishFailed is wrapped when a retry could not be scheduled; the original is not
+	// acknowledged.
+	ErrRetryPublishFailed = errors.New("millrace: retry scheduling failed")
+	// ErrClosed is returned by adapters used after Close.
+	ErrClosed = errors.New("millrace: adapter closed")
+)
+
+// ConfigError describes one configuration field that breaks one rule. It wraps ErrInvalidConfig
+// (and ErrPolicyExceedsAdapter when the rule is an adapter limit).
+type ConfigError struct {
+	// Field names the offending field, e.g. "RetryPolicy.MaxAttempts".
+	Field string
+	// Value is the offending value as text.
+	Value string
+	// Rule says what the field must satisfy.
+	Rule string
+	// Limit marks a rule that comes from the adapter's capabilities.
+	Limit bool
+}
+
+// Error names the field, its value and the rule.
+func (e *ConfigError) Error() string {
+	return "millrace: invalid configuration: " + e.Field + " = " + e.Value + ": " + e.Rule
+}
+
+// Is reports whether target is ErrInvalidConfig, or ErrPolicyExceedsAdapter for adapter limits.
+func (e *ConfigError) Is(target error) bool {
+	return target == ErrInvalidConfig || (e.Limit && target == ErrPolicyExceedsAdapter)
+}
