@@ -1,6 +1,11 @@
 package millrace
 
-import "errors"
+import (
+	"errors"
+	"strconv"
+)
+
+var itoa = strconv.Itoa
 
 var (
 	// ErrInvalidConfig is wrapped by every configuration error refused at start-up.
@@ -45,3 +50,27 @@ func (e *ConfigError) Error() string {
 func (e *ConfigError) Is(target error) bool {
 	return target == ErrInvalidConfig || (e.Limit && target == ErrPolicyExceedsAdapter)
 }
+
+// ExhaustedError is the failure of a message on (or past) its last allowed attempt.
+// errors.Is(err, ErrExhausted) holds for it; Unwrap returns the handler's error.
+type ExhaustedError struct {
+	// Attempts is the number of the attempt that failed.
+	Attempts int
+	// Err is the handler's error on that attempt (nil when the message arrived past the limit).
+	Err error
+}
+
+// Error says how many attempts were made and why the last one failed.
+func (e *ExhaustedError) Error() string {
+	s := "millrace: retry attempts exhausted after " + itoa(e.Attempts) + " attempts"
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap returns the last attempt's error.
+func (e *ExhaustedError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrExhausted.
+func (e *ExhaustedError) Is(target error) bool { return target == ErrExhausted }

@@ -1,0 +1,64 @@
+// Package conformance is the shared test suite every millrace adapter must pass, and that users
+// run against their own brokers to certify a setup. It is modelled on gocloud.dev's
+// pubsub/drivertest: an adapter package supplies a Harness and calls Run from a test named
+// TestConformance. Tests skip only on capabilities the adapter declares, and each skip says why.
+//
+// Every test asserts exact counts and contents: attempt numbers, handler calls, dead-letter
+// records and their payload bytes.
+package conformance
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/millrace/millrace"
+)
+
+// Harness gives the suite fresh adapters for one broker.
+type Harness interface {
+	// NewAdapter returns a connected adapter. The suite calls it once per test, uses topics
+	// unique to that test, and closes the adapter when the test ends.
+	NewAdapter(ctx context.Context, t testing.TB) (millrace.Adapter, error)
+	// Options returns the timing and payload rules the broker needs.
+	Options() Options
+}
+
+// Options are the broker-specific knobs of the suite. Zero fields take the defaults shown.
+type Options struct {
+	// Delay is the retry delay the suite configures. Default 300 ms. Brokers whose delays are
+	// whole seconds (SQS) need at least 1 s.
+	Delay time.Duration
+	// Tolerance is how much later than Delay a retry may arrive. Default 1 s.
+	Tolerance time.Duration
+	// ClockSlack is how much earlier than Delay, measured from the handler's start, a retry may
+	// arrive: brokers count the delay from the delivery, just before the handler starts.
+	// Default 25 ms.
+	ClockSlack time.Duration
+	// Quiet is how long the suite watches for deliveries that must not happen. Default 500 ms.
+	Quiet time.Duration
+	// Timeout bounds each wait for an expected event. Default 30 s.
+	Timeout time.Duration
+	// TextPayloadsOnly declares that payloads must be valid UTF-8 text (SQS message bodies);
+	// the binary-payload test is then skipped.
+	TextPayloadsOnly bool
+}
+
+func (o Options) withDefaults() Options {
+	if o.Delay == 0 {
+		o.Delay = 300 * time.Millisecond
+	}
+	if o.Tolerance == 0 {
+		o.Tolerance = time.Second
+	}
+	if o.ClockSlack == 0 {
+		o.ClockSlack = 25 * time.Millisecond
+	}
+	if o.Quiet == 0 {
+		o.Quiet = 500 * time.Millisecond
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 30 * time.Second
+	}
+	return o
+}

@@ -1,0 +1,125 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/deadletter"
+)
+
+// DeadLetterer writes dead-letter records; every millrace.Adapter is one.
+type DeadLetterer interface {
+	DeadLetter(ctx context.Context, msg *message.Message, rec deadletter.Record) error
+}
+
+// PoisonConfig configures Poison.
+type PoisonConfig struct {
+	// Broker names the adapter in dead-letter records when the Attempt does not. Optional.
+	Broker string
+	// DeadLetterDiscards sends Discard outcomes to the dead-letter destination too (reason
+	// "discarded"). Default false: a Discard is acknowledged and logged, as in the field report.
+	DeadLetterDiscards bool
+	// Logger receives a Warn line per dead letter and an Info line per discard. Default: slog.Default().
+	Logger *slog.Logger
+	// Now returns the current time. Default: time.Now.
+	Now func() time.Time
+}
+
+// Poison routes exhausted and malformed messages (and, if configured, discarded ones) to the
+// dead-letter destination with the payload unchanged and the failure context, and acknowledges
+// the original only after that write succeeded. A failed write returns an error wrapping
+// millrace.ErrDeadLetterFailed, so the router nacks and the broker delivers the message again.
+func Poison(dl DeadLetterer, cfg PoisonConfig) message.HandlerMiddleware {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			out, err := h(msg)
+			if err == nil {
+				return out, nil
+			}
+			reason, cause := poisonReason(err)
+			switch {
+			case reason == "":
+				return out, err
+			case reason == deadletter.Discarded && !cfg.DeadLetterDiscards:
+				logger.InfoContext(msg.Context(), "millrace: message discarded",
+					slog.String("message_uuid", msg.UUID), slog.String("error", cause.Error()))
+				return nil, nil
+			}
+			rec := record(msg, reason, cause, cfg.Broker, now())
+			if dlErr := dl.DeadLetter(msg.Context(), msg, rec); dlErr != nil {
+				return nil, fmt.Errorf("%w: %w (message was %s: %w)", millrace.ErrDeadLetterFailed, dlErr, reason, cause)
+			}
+			logger.WarnContext(msg.Context(), "millrace: message dead-lettered",
+				slog.String("message_uuid", msg.UUID), slog.String("reason", string(reason)),
+				slog.Int("attempts", rec.Attempts), slog.String("error", rec.LastError))
+			return nil, nil
+		}
+	}
+}
+
+// poisonReason returns why err makes its message poison, and the handler's own error;
+// an empty reason means err is not Poison's business.
+func poisonReason(err error) (deadletter.Reason, error) {
+	var ex *millrace.ExhaustedError
+	if errors.As(err, &ex) {
+		if ex.Err != nil {
+			return deadletter.Exhausted, ex.Err
+		}
+		return deadletter.Exhausted, ex
+	}
+	var oe *millrace.OutcomeError
+	if !errors.As(err, &oe) {
+		return "", err
+	}
+	switch {
+	case oe.Malformed:
+		return deadletter.Malformed, oe.Err
+	case oe.Outcome == millrace.OutcomeDiscard:
+		return deadletter.Discarded, oe.Err
+	}
+	return "", err
+}
+
+func record(msg *message.Message, reason deadletter.Reason, cause error, broker string, at time.Time) deadletter.Record {
+	a := millrace.AttemptFrom(msg)
+	if a.Broker != "" {
+		broker = a.Broker
+	}
+	topic := a.OriginalTopic
+	if topic == "" {
+		topic = message.SubscribeTopicFromCtx(msg.Context())
+	}
+	first := a.FirstAttemptAt
+	if first.IsZero() || a.Number <= 1 {
+		first = at
+	}
+	return deadletter.Record{
+		UUID:           msg.UUID,
+		Payload:        msg.Payload,
+		Metadata:       msg.Metadata,
+		Reason:         reason,
+		Attempts:       max(a.Number, 1),
+		LastError:      millrace.TruncateError(cause.Error()),
+		OriginalTopic:  topic,
+		OriginalKey:    a.OriginalKey,
+		Broker:         broker,
+		NativeID:       a.NativeID,
+		Handler:        message.HandlerNameFromCtx(msg.Context()),
+		FirstFailureAt: first,
+		LastFailureAt:  at,
+	}
+}

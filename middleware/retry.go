@@ -1,0 +1,88 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/millrace/millrace"
+)
+
+// RetryScheduler arranges delayed redeliveries; every millrace.Adapter is one.
+type RetryScheduler interface {
+	ScheduleRetry(ctx context.Context, msg *message.Message, req millrace.RetryRequest) (millrace.Disposition, error)
+}
+
+// RetryConfig configures Retry.
+type RetryConfig struct {
+	// Policy bounds the attempts and gives the delays. Required.
+	Policy millrace.RetryPolicy
+	// MaxDelay caps a delay asked for with millrace.RetryAfter (the adapter's maximum); 0 = no cap.
+	MaxDelay time.Duration
+	// Logger receives one Debug line per scheduled retry. Default: slog.Default().
+	Logger *slog.Logger
+	// Now returns the current time. Default: time.Now.
+	Now func() time.Time
+}
+
+// Validate checks the policy.
+func (c RetryConfig) Validate() error { return c.Policy.Validate() }
+
+// Retry turns a Retry outcome below MaxAttempts into a delayed redelivery scheduled through s,
+// and a Retry on the last attempt into a *millrace.ExhaustedError for Poison. It never sleeps:
+// the next message is handled while this one waits. If scheduling fails, the original is nacked
+// (the returned error wraps millrace.ErrRetryPublishFailed) and never acknowledged.
+func Retry(s RetryScheduler, cfg RetryConfig) message.HandlerMiddleware {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			out, err := h(msg)
+			if err == nil {
+				return out, nil
+			}
+			oe := millrace.Classify(err, nil)
+			if oe.Outcome != millrace.OutcomeRetry || errors.Is(err, millrace.ErrExhausted) {
+				return out, err
+			}
+			ctx := msg.Context()
+			if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				// The subscription is shutting down: this is no failure of the message.
+				return nil, err
+			}
+			a := millrace.AttemptFrom(msg)
+			a.Number = max(a.Number, 1)
+			if a.Number >= cfg.Policy.MaxAttempts {
+				return nil, &millrace.ExhaustedError{Attempts: a.Number, Err: oe.Err}
+			}
+			delay := cfg.Policy.Delay(a.Number)
+			if oe.Delay > 0 {
+				delay = oe.Delay
+				if cfg.MaxDelay > 0 {
+					delay = min(delay, cfg.MaxDelay)
+				}
+			}
+			disp, serr := s.ScheduleRetry(ctx, msg, millrace.RetryRequest{Attempt: a, Delay: delay, Err: oe.Err, FailedAt: now()})
+			if serr != nil {
+				return nil, fmt.Errorf("%w: %w (attempt %d failed with: %w)", millrace.ErrRetryPublishFailed, serr, a.Number, oe.Err)
+			}
+			logger.DebugContext(ctx, "millrace: retry scheduled",
+				slog.String("message_uuid", msg.UUID), slog.Int("attempt", a.Number),
+				slog.Duration("delay", delay), slog.String("error", oe.Err.Error()))
+			if disp == millrace.AckOriginal {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("%w: attempt %d: %w", millrace.ErrRetryScheduled, a.Number, oe.Err)
+		}
+	}
+}
