@@ -1,0 +1,35 @@
+# Sourced by .ci/run: makes sure the services this machine kind starts before a session
+# (Redis, RabbitMQ, PostgreSQL) are up, starting any that stopped with the same commands the
+# machine uses. Only loopback addresses are used.
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() { # name port seconds
+  local i
+  for ((i = 0; i < $3 * 10; i++)); do
+    port_open "$2" && return 0
+    sleep 0.1
+  done
+  echo "ci: $1 did not open 127.0.0.1:$2 within $3 s" >&2
+  return 1
+}
+
+if ! port_open 6379; then
+  echo "ci: starting Redis"
+  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log
+  wait_port Redis 6379 30 || return 1
+fi
+if ! port_open 5672; then
+  echo "ci: starting RabbitMQ"
+  rabbitmq-server -detached
+  wait_port RabbitMQ 5672 120 || return 1
+fi
+if ! port_open 5432; then
+  echo "ci: starting PostgreSQL"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
+  wait_port PostgreSQL 5432 60 || return 1
+fi
+export MILLRACE_REDIS_URL="${MILLRACE_REDIS_URL:-redis://127.0.0.1:6379/0}"
+export MILLRACE_AMQP_URL="${MILLRACE_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}"
+export MILLRACE_POSTGRES_URL="${MILLRACE_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}"
