@@ -1,0 +1,166 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+
+	"github.com/millrace/millrace"
+)
+
+// Middleware makes a Watermill handler idempotent per message key. Create it with New and add
+// Wrap to a router or handler:
+//
+//	Done     -> the handler is not called; nil is returned (acknowledged as a duplicate).
+//	Busy     -> millrace.RetryAfter(error wrapping ErrBusy, policy delay for this attempt).
+//	Acquired -> the handler runs with a Budget deadline on msg.Context() and the Lease in it;
+//	            nil or a Discard outcome -> Complete (a redelivery is then Done);
+//	            a Retry outcome or a panic -> Release (the next attempt can claim at once);
+//	            Complete finding the lease lost -> millrace.Retry(error wrapping ErrLeaseLost).
+//	store failure -> millrace.Retry(error wrapping ErrStoreUnavailable), handler not called;
+//	            with Config.FailOpen the handler runs without a lease instead, logged.
+//	no key    -> millrace.Malformed(error wrapping ErrNoKey).
+type Middleware struct {
+	cfg   Config
+	stats counters
+}
+
+// New validates cfg (see Config.Validate) and returns the middleware.
+func New(cfg Config) (*Middleware, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Middleware{cfg: cfg.withDefaults()}, nil
+}
+
+// Stats returns a snapshot of the middleware's counters.
+func (m *Middleware) Stats() Stats { return m.stats.snapshot() }
+
+// Wrap is the Watermill middleware (a message.HandlerMiddleware): it returns h guarded by the
+// idempotency lease.
+func (m *Middleware) Wrap(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) { return m.handle(h, msg) }
+}
+
+func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
+	key, err := m.cfg.Key(msg)
+	if err == nil && key == "" {
+		err = ErrNoKey
+	}
+	if err != nil {
+		m.stats.noKey.Add(1)
+		return nil, millrace.Malformed(fmt.Errorf("idempotency: %w", err))
+	}
+	parent := msg.Context()
+	owner := uuid.NewString() + "@" + m.cfg.Consumer
+
+	res, err := m.claim(parent, key, owner)
+	if err != nil {
+		m.stats.storeErrors.Add(1)
+		if !m.cfg.FailOpen {
+			return nil, millrace.Retry(fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, key, err))
+		}
+		m.stats.failOpen.Add(1)
+		m.cfg.Logger.WarnContext(parent, "idempotency: store failed, running handler without a lease (fail-open)",
+			"key", key, "error", err)
+		return m.run(h, msg, parent, nil)
+	}
+	switch res {
+	case Done:
+		m.stats.duplicates.Add(1)
+		return nil, nil
+	case Busy:
+		m.stats.busy.Add(1)
+		delay := m.cfg.Policy.Delay(millrace.AttemptFrom(msg).Number)
+		return nil, millrace.RetryAfter(fmt.Errorf("%w: key %q", ErrBusy, key), delay)
+	case Acquired:
+	default:
+		m.stats.storeErrors.Add(1)
+		return nil, millrace.Retry(fmt.Errorf("%w: claim %q: unexpected result %s", ErrStoreUnavailable, key, res))
+	}
+	m.stats.acquired.Add(1)
+	lease := &Lease{Key: key, Owner: owner, Store: m.cfg.Store, AcquiredAt: time.Now(), SendCutoff: m.cfg.SendCutoff}
+
+	finished := false
+	defer func() {
+		if !finished { // the handler panicked or called runtime.Goexit: free the message at once
+			m.release(parent, lease)
+		}
+	}()
+	msgs, herr := m.run(h, msg, parent, lease)
+	finished = true
+
+	if herr != nil && millrace.Classify(herr, nil).Outcome != millrace.OutcomeDiscard {
+		m.release(parent, lease)
+		return msgs, herr
+	}
+	if err := m.complete(parent, lease); err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			m.stats.leaseLost.Add(1)
+			return nil, millrace.Retry(fmt.Errorf("idempotency: complete %q: %w (the lease expired and may have been taken over)", key, ErrLeaseLost))
+		}
+		m.stats.storeErrors.Add(1)
+		if m.cfg.FailOpen {
+			m.cfg.Logger.WarnContext(parent, "idempotency: could not mark the message done (fail-open); a redelivery will run it again",
+				"key", key, "error", err)
+			return msgs, herr
+		}
+		return nil, millrace.Retry(fmt.Errorf("%w: complete %q: %w", ErrStoreUnavailable, key, err))
+	}
+	m.stats.completed.Add(1)
+	return msgs, herr
+}
+
+// run calls h with a Budget deadline (and lease, when not nil) on msg's context, then restores
+// the original context so outer middleware does not inherit the cancelled one.
+func (m *Middleware) run(h message.HandlerFunc, msg *message.Message, parent context.Context, lease *Lease) ([]*message.Message, error) {
+	ctx, cancel := context.WithTimeout(parent, m.cfg.Budget)
+	defer cancel()
+	if lease != nil {
+		ctx = WithLease(ctx, lease)
+	}
+	msg.SetContext(ctx)
+	defer msg.SetContext(parent)
+	return h(msg)
+}
+
+func (m *Middleware) claim(parent context.Context, key, owner string) (ClaimResult, error) {
+	ctx, cancel := context.WithTimeout(parent, m.cfg.StoreTimeout)
+	defer cancel()
+	return m.cfg.Store.Claim(ctx, key, owner, m.cfg.LeaseTTL)
+}
+
+// storeCtx bounds a store call that must happen even when the message context was cancelled
+// (the work is done; recording it matters).
+func (m *Middleware) storeCtx(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(parent), m.cfg.StoreTimeout)
+}
+
+func (m *Middleware) complete(parent context.Context, l *Lease) error {
+	ctx, cancel := m.storeCtx(parent)
+	defer cancel()
+	return m.cfg.Store.Complete(ctx, l.Key, l.Owner, m.cfg.DoneTTL)
+}
+
+// release frees the lease after a Retry outcome. A failure is only logged: the lease expires
+// by itself within the retry window.
+func (m *Middleware) release(parent context.Context, l *Lease) {
+	ctx, cancel := m.storeCtx(parent)
+	defer cancel()
+	err := m.cfg.Store.Release(ctx, l.Key, l.Owner)
+	switch {
+	case err == nil:
+		m.stats.released.Add(1)
+	case errors.Is(err, ErrLeaseLost):
+		m.stats.leaseLost.Add(1)
+		m.cfg.Logger.WarnContext(parent, "idempotency: lease lost before release", "key", l.Key)
+	default:
+		m.stats.storeErrors.Add(1)
+		m.cfg.Logger.WarnContext(parent, "idempotency: release failed; the lease will expire by itself",
+			"key", l.Key, "lease_ttl", m.cfg.LeaseTTL, "error", err)
+	}
+}
