@@ -1,0 +1,31 @@
+// serve.mjs starts fauxqs (a local SQS endpoint) for millrace's SQS adapter tests.
+//
+// fauxqs's own CLI listens on 0.0.0.0; this wrapper builds the same app through its exported
+// buildApp() and listens on 127.0.0.1 only, so the test endpoint is never reachable from the
+// network. Run it with the pinned Node 22 binary: node_modules/.bin/node serve.mjs [port].
+// The port comes from the first argument, else FAUXQS_PORT, else 19324.
+import { buildApp } from "fauxqs";
+
+const port = Number(process.argv[2] ?? process.env.FAUXQS_PORT ?? 19324);
+if (!Number.isInteger(port) || port <= 0 || port > 65535) {
+  console.error(`fauxqs wrapper: invalid port ${process.argv[2] ?? process.env.FAUXQS_PORT}`);
+  process.exit(2);
+}
+const host = "127.0.0.1";
+
+// logger false: request logs would flood the log file. No host option: queue URLs then name the
+// host the client connected to (127.0.0.1:<port>).
+const app = buildApp({ logger: false });
+try {
+  const address = await app.listen({ port, host });
+  console.log(`fauxqs listening on ${address}`);
+} catch (err) {
+  console.error(`fauxqs wrapper: cannot listen on ${host}:${port}: ${err.message}`);
+  process.exit(1);
+}
+
+for (const signal of ["SIGINT", "SIGTERM"]) {
+  process.on(signal, () => {
+    app.close().finally(() => process.exit(0));
+  });
+}
