@@ -72,11 +72,18 @@ func Redis(tb testing.TB, opts *redis.Options) *redis.Client {
 // DeleteRedisPrefix deletes every key starting with prefix, at cleanup of tb.
 func DeleteRedisPrefix(tb testing.TB, c *redis.Client, prefix string) {
 	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		batch := make([]string, 0, 1000)
 		for iter.Next(ctx) {
-			c.Del(ctx, iter.Val())
+			if batch = append(batch, iter.Val()); len(batch) == cap(batch) {
+				c.Unlink(ctx, batch...)
+				batch = batch[:0]
+			}
+		}
+		if len(batch) > 0 {
+			c.Unlink(ctx, batch...)
 		}
 	})
 }
