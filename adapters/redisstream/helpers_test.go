@@ -1,0 +1,78 @@
+package redisstream
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/millrace/millrace/internal/testenv"
+)
+
+// envURL names the environment variable that points the tests at another Redis.
+const envURL = "MILLRACE_REDIS_URL"
+
+func redisURL() string { return testenv.Getenv(envURL, DefaultURL) }
+
+// testClient returns a client of the test Redis, or skips (fails in CI) when it is unreachable.
+func testClient(tb testing.TB) *redis.Client {
+	tb.Helper()
+	opts, err := redis.ParseURL(redisURL())
+	if err != nil {
+		tb.Fatalf("%s=%q: %v", envURL, redisURL(), err)
+	}
+	c := redis.NewClient(opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		_ = c.Close()
+		testenv.Unreachable(tb, "Redis", opts.Addr, envURL, err)
+	}
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// testConfig is a configuration with test timings: budget 200 ms, reclaim every 50 ms.
+func testConfig() Config {
+	return Config{
+		URL:              redisURL(),
+		Group:            "millrace-test",
+		ProcessingBudget: 200 * time.Millisecond,
+		ReclaimInterval:  50 * time.Millisecond,
+		ReadBlock:        50 * time.Millisecond,
+	}
+}
+
+// newTestAdapter returns an adapter on the test Redis; the streams it joined (and their
+// dead-letter streams) are deleted when the test ends, after the adapter is closed.
+func newTestAdapter(tb testing.TB, cfg Config) *Adapter {
+	tb.Helper()
+	c := testClient(tb)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(tb.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	a, err := New(cfg)
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	tb.Cleanup(func() {
+		_ = a.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, s := range a.Streams() {
+			c.Del(ctx, s, a.DeadLetterTopic(s))
+		}
+	})
+	return a
+}
+
+// uniqueStream returns a stream name unique to the test.
+func uniqueStream(tb testing.TB) string {
+	name := strings.NewReplacer("/", "-", " ", "-").Replace(tb.Name())
+	return fmt.Sprintf("millrace-test.%s.%08x", strings.ToLower(name), rand.Uint32())
+}

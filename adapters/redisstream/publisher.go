@@ -1,0 +1,52 @@
+package redisstream
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/millrace/millrace"
+)
+
+// publishChunk bounds one pipeline, so a large Publish call does not buffer everything at once.
+const publishChunk = 1000
+
+// publisher appends messages to streams with XADD, in watermill-redisstream's field layout,
+// pipelined per call.
+type publisher struct{ a *Adapter }
+
+// Publish appends msgs to stream in order. On error some leading messages may be appended.
+func (p *publisher) Publish(stream string, msgs ...*message.Message) error {
+	if p.a.isClosed() {
+		return fmt.Errorf("redisstream: publish to %s: %w", stream, millrace.ErrClosed)
+	}
+	ctx := context.Background()
+	for len(msgs) > 0 {
+		n := min(len(msgs), publishChunk)
+		if err := p.publish(ctx, stream, msgs[:n]); err != nil {
+			return err
+		}
+		msgs = msgs[n:]
+	}
+	return nil
+}
+
+func (p *publisher) publish(ctx context.Context, stream string, msgs []*message.Message) error {
+	pipe := p.a.client.Pipeline()
+	for _, m := range msgs {
+		fields, err := marshalFields(stream, m)
+		if err != nil {
+			return err
+		}
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: fields, MaxLen: p.a.cfg.MaxLen, Approx: p.a.cfg.MaxLen > 0})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("redisstream: publish to %s: %w", stream, err)
+	}
+	return nil
+}
+
+// Close does nothing: the adapter owns the connection.
+func (p *publisher) Close() error { return nil }

@@ -1,0 +1,265 @@
+package redisstream
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/millrace/millrace"
+)
+
+// errorPause is how long a subscription waits after a failed Redis call before trying again.
+const errorPause = 250 * time.Millisecond
+
+// subscription is one consumer of the group on one stream. One goroutine alternates between the
+// reclaimer (due pending entries) and XREADGROUP (new entries), and never has more than
+// Config.Window messages in flight: reads and claims ask for at most the free part of the window,
+// so an entry is claimed only when it can be handed out at once (a claimed entry that waited in
+// memory would age towards another consumer's reclaim threshold).
+type subscription struct {
+	a        *Adapter
+	stream   string
+	consumer string
+	key      ackKey
+	out      chan *message.Message
+
+	ctx    context.Context // cancelled by stop: ends the loop
+	cancel context.CancelFunc
+	// msgCtx is the messages' context: it keeps the Subscribe context's values but is cancelled
+	// only when the adapter closes, so that handlers in flight finish after a subscriber Close.
+	msgCtx    context.Context
+	msgCancel context.CancelFunc
+	stopMsgs  func() bool
+
+	inflight atomic.Int64
+	freed    chan struct{} // a token after each ack or nack
+	loopDone chan struct{}
+
+	// Reclaimer state, used only by the loop goroutine.
+	cursor   string    // XPENDING start of the next round: "-" or "(" + last ID seen
+	more     bool      // the last round was cut short: continue without waiting for the tick
+	nextTick time.Time // when the next reclaim pass starts
+	unsent   []sent    // entries read or claimed but not handed out when the loop stopped
+}
+
+// sent is an entry delivered to this consumer, with its delivery count.
+type sent struct {
+	id    string
+	count int64
+}
+
+func newSubscription(parent context.Context, a *Adapter, stream string) *subscription {
+	s := &subscription{
+		a:        a,
+		stream:   stream,
+		consumer: a.consumerName(),
+		key:      ackKey{stream: stream, group: a.cfg.Group},
+		out:      make(chan *message.Message),
+		freed:    make(chan struct{}, 1),
+		loopDone: make(chan struct{}),
+		cursor:   "-",
+	}
+	s.ctx, s.cancel = context.WithCancel(parent)
+	s.msgCtx, s.msgCancel = context.WithCancel(context.WithoutCancel(parent))
+	s.stopMsgs = context.AfterFunc(a.closeCtx, s.msgCancel)
+	return s
+}
+
+// stop ends the loop and waits until the message channel is closed.
+func (s *subscription) stop() {
+	s.cancel()
+	<-s.loopDone
+}
+
+// run is the subscription's goroutine.
+func (s *subscription) run() {
+	defer s.a.bg.Done()
+	defer s.a.unregister(s)
+	s.loop()
+	close(s.out)
+	s.giveBack()
+	close(s.loopDone)
+	s.cleanup()
+}
+
+func (s *subscription) loop() {
+	cfg := &s.a.cfg
+	for s.ctx.Err() == nil {
+		free := cfg.Window - int(s.inflight.Load())
+		if free <= 0 {
+			select {
+			case <-s.freed:
+			case <-s.ctx.Done():
+			}
+			continue
+		}
+		if now := time.Now(); s.more || !now.Before(s.nextTick) {
+			if !now.Before(s.nextTick) {
+				s.nextTick = now.Add(cfg.ReclaimInterval)
+			}
+			if free -= s.reclaim(free); free <= 0 {
+				continue
+			}
+		}
+		block := time.Duration(-1) // more to reclaim: only look for new entries, do not wait
+		if !s.more {
+			block = max(min(cfg.ReadBlock, time.Until(s.nextTick)), time.Millisecond)
+		}
+		s.read(free, block)
+	}
+}
+
+// read hands out up to n new entries, waiting up to block for the first one.
+func (s *subscription) read(n int, block time.Duration) {
+	// Not s.ctx: entries Redis has handed over must reach the loop, which gives them back
+	// if it is stopping (see giveBack).
+	res, err := s.a.client.XReadGroup(context.WithoutCancel(s.ctx), &redis.XReadGroupArgs{
+		Group: s.a.cfg.Group, Consumer: s.consumer, Streams: []string{s.stream, ">"},
+		Count: int64(n), Block: block,
+	}).Result()
+	if errors.Is(err, redis.Nil) {
+		return
+	}
+	if err != nil {
+		s.failed("XREADGROUP", err)
+		return
+	}
+	for _, st := range res {
+		s.a.stats.read.Add(uint64(len(st.Messages)))
+		for i, e := range st.Messages {
+			if !s.deliver(e, 1) {
+				for _, rest := range st.Messages[i+1:] {
+					s.unsent = append(s.unsent, sent{id: rest.ID, count: 1})
+				}
+				return
+			}
+		}
+	}
+}
+
+// failed logs a failed Redis call, recreates a vanished group and pauses before the next try.
+func (s *subscription) failed(op string, err error) {
+	if s.ctx.Err() != nil {
+		return
+	}
+	if strings.HasPrefix(err.Error(), "NOGROUP") {
+		err = s.a.ensureGroup(s.ctx, s.stream)
+		if err == nil {
+			return
+		}
+	}
+	s.a.cfg.Logger.Error("redisstream: "+op+" failed", slog.String("stream", s.stream),
+		slog.String("consumer", s.consumer), slog.String("error", err.Error()))
+	select {
+	case <-time.After(errorPause):
+	case <-s.ctx.Done():
+	}
+}
+
+// deliver hands out one entry with its delivery count and reports false when the loop is
+// stopping (the entry is then remembered for giveBack).
+func (s *subscription) deliver(e redis.XMessage, count int64) bool {
+	msg, err := decode(e.ID, e.Values)
+	ctx := withDelivery(s.msgCtx, &delivery{
+		stream: s.stream, group: s.a.cfg.Group, consumer: s.consumer,
+		id: e.ID, count: count, fields: e.Values,
+	})
+	if err != nil {
+		s.a.stats.malformed.Add(1)
+		ctx = millrace.WithDecodeError(ctx, err)
+	}
+	msg.SetContext(ctx)
+	s.inflight.Add(1)
+	select {
+	case s.out <- msg:
+	case <-s.ctx.Done():
+		s.inflight.Add(-1)
+		s.unsent = append(s.unsent, sent{id: e.ID, count: count})
+		return false
+	}
+	go s.await(msg, e.ID)
+	return true
+}
+
+// await records the ack of msg for the acker, or leaves the entry pending on nack.
+func (s *subscription) await(msg *message.Message, id string) {
+	select {
+	case <-msg.Acked():
+		s.a.acks.add(s.key, id)
+	case <-msg.Nacked():
+		// Nothing to do in Redis: the entry stays pending. Either ScheduleRetry already set its
+		// due time, or (a failure that scheduled nothing) it is due after its reclaim threshold.
+	case <-s.a.closing:
+	}
+	s.inflight.Add(-1)
+	select {
+	case s.freed <- struct{}{}:
+	default:
+	}
+}
+
+// giveBack makes the entries this consumer took but never handed out due at once for the other
+// consumers, with their delivery count lowered by one: the claim that delivers them again
+// raises it back, so the interruption costs no attempt.
+func (s *subscription) giveBack() {
+	if len(s.unsent) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 5*time.Second)
+	defer cancel()
+	th := s.a.thresholdsFor(s.stream)
+	byCount := map[int64][]string{}
+	for _, u := range s.unsent {
+		byCount[u.count-1] = append(byCount[u.count-1], u.id)
+	}
+	pipe := s.a.client.Pipeline()
+	for c, ids := range byCount {
+		args := []any{"XCLAIM", s.stream, s.a.cfg.Group, s.consumer, 0}
+		for _, id := range ids {
+			args = append(args, id)
+		}
+		args = append(args, "IDLE", th.forCount(c).Milliseconds(), "RETRYCOUNT", c, "JUSTID")
+		pipe.Do(ctx, args...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		s.a.cfg.Logger.Warn("redisstream: could not give back undelivered entries; they come back after their reclaim threshold",
+			slog.String("stream", s.stream), slog.Int("entries", len(s.unsent)), slog.String("error", err.Error()))
+	}
+	s.unsent = nil
+}
+
+// cleanup waits for the messages in flight, flushes their acks and removes the consumer from
+// the group if it holds no pending entry (consumer names are unique per subscription, so
+// leaving them would grow the group forever). A consumer that still holds entries stays: its
+// entries are reclaimed by the others, and removing it would drop them from the PEL.
+func (s *subscription) cleanup() {
+	defer s.msgCancel()
+	defer s.stopMsgs()
+	for s.inflight.Load() > 0 {
+		select {
+		case <-s.freed:
+		case <-s.a.closing:
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if !s.a.acks.flush(ctx, false) {
+		return
+	}
+	pend, err := s.a.client.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: s.stream, Group: s.a.cfg.Group, Start: "-", End: "+", Count: 1, Consumer: s.consumer,
+	}).Result()
+	if err != nil || len(pend) > 0 {
+		return
+	}
+	if err := s.a.client.XGroupDelConsumer(ctx, s.stream, s.a.cfg.Group, s.consumer).Err(); err != nil {
+		s.a.cfg.Logger.Debug("redisstream: could not remove consumer", slog.String("consumer", s.consumer), slog.String("error", err.Error()))
+	}
+}
