@@ -1,0 +1,86 @@
+package amqp
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/millrace/millrace"
+)
+
+// delivery is the native state of one received message, kept in its context.
+type delivery struct {
+	// attempt is decoded once, from the headers as they arrived (the handler may change
+	// metadata, not this).
+	attempt millrace.Attempt
+	// reject is set by ScheduleRetry: the subscriber then answers the router's nack with
+	// basic.reject(requeue=false), so RabbitMQ dead-letters the message into the first-delay
+	// tier and counts it in x-death. Any other nack requeues the message.
+	reject atomic.Bool
+}
+
+type deliveryKey struct{}
+
+func deliveryFrom(ctx context.Context) *delivery {
+	d, _ := ctx.Value(deliveryKey{}).(*delivery)
+	return d
+}
+
+// decodeAttempt computes the Attempt of a delivery from queue.
+//
+// Number = base + rejections + returns, where
+//   - base is the millrace-attempt header of a copy millrace republished to a retry tier of
+//     another delay (x-death restarts with a new copy), else 1;
+//   - rejections is the sum of x-death counts for this work queue with reason "rejected" or
+//     "delivery_limit": the trips through the first-delay tier;
+//   - returns is x-delivery-count (quorum queues): redeliveries after a crash or requeue.
+//
+// NativeCount is 1 + rejections + returns: what the broker counted for this copy.
+func decodeAttempt(queue string, d amqp091.Delivery) millrace.Attempt {
+	md := make(message.Metadata, 6)
+	for _, k := range []string{millrace.HeaderAttempt, millrace.HeaderFirstAttemptAt, millrace.HeaderLastError} {
+		if v, ok := d.Headers[k].(string); ok {
+			md[k] = v
+		}
+	}
+	a := millrace.AttemptFromHeaders(md)
+	n := readNative(d.Headers, queue)
+	counted := n.rejections + n.returns
+	a.Number += counted
+	a.NativeCount = 1 + counted
+	if a.Source != millrace.SourceHeader {
+		a.Source = millrace.SourceNative
+	}
+	if counted > 0 {
+		// The header's error text belongs to the republish; later failures are not in it.
+		a.LastError = ""
+	}
+	if a.FirstAttemptAt.IsZero() {
+		a.FirstAttemptAt = n.firstFailure
+	}
+	a.OriginalTopic = queue
+	a.OriginalKey = originalKey(d)
+	a.Broker = BrokerName
+	a.NativeID = d.MessageId
+	if a.NativeID == "" {
+		a.NativeID = queue + "#" + strconv.FormatUint(d.DeliveryTag, 10)
+	}
+	return a
+}
+
+// DecodeAttempt returns the Attempt the subscriber decoded when msg arrived. For a message
+// that did not come through this adapter it reads millrace's headers from the metadata.
+func (a *Adapter) DecodeAttempt(msg *message.Message) millrace.Attempt {
+	if d := deliveryFrom(msg.Context()); d != nil {
+		return d.attempt
+	}
+	at := millrace.AttemptFromHeaders(msg.Metadata)
+	at.Broker = BrokerName
+	if at.OriginalKey == "" {
+		at.OriginalKey = msg.Metadata.Get(MetadataRoutingKey)
+	}
+	return at
+}

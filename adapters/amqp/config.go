@@ -1,0 +1,177 @@
+package amqp
+
+import (
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/millrace/millrace"
+)
+
+// DefaultURL is the broker Config.URL defaults to: a local RabbitMQ with the guest account.
+const DefaultURL = "amqp://guest:guest@127.0.0.1:5672/"
+
+// QueueType is the RabbitMQ queue type of every queue the adapter declares.
+type QueueType string
+
+const (
+	// Classic queues: no delivery counter; a consumer crash redelivers with the redelivered
+	// flag only, so crash loops are not counted as attempts.
+	Classic QueueType = "classic"
+	// Quorum queues: replicated, with their own x-delivery-count (counted as attempts) and a
+	// delivery limit (Config.DeliveryLimit) that bounds crash loops.
+	Quorum QueueType = "quorum"
+)
+
+// DefaultDeliveryLimit is the x-delivery-limit set on quorum work queues when
+// Config.DeliveryLimit is 0. It is RabbitMQ 4.x's own default, written explicitly so that
+// 3.x brokers (which have no default) behave the same.
+const DefaultDeliveryLimit = 20
+
+// Topic describes how one topic's work queue is bound. Topics not listed in Config.Topics use
+// the zero Topic, i.e. an exchange named like the topic and the binding key "#".
+type Topic struct {
+	// Exchange is the durable topic exchange the work queue is bound to and that Publish
+	// publishes to. Default: the topic name. Several topics may share one exchange.
+	Exchange string
+	// BindingKeys are the routing-key patterns binding the work queue to Exchange, e.g.
+	// ["hub.#"]. Default: ["#"] (everything published to Exchange).
+	BindingKeys []string
+}
+
+// Config configures an Adapter. The zero Config connects to DefaultURL with classic queues.
+type Config struct {
+	// URL is the AMQP URI of the broker. Default: DefaultURL.
+	URL string
+	// QueueType is the type of every queue declared (work, retry tiers, DLQ). Default Classic.
+	QueueType QueueType
+	// DeliveryLimit is x-delivery-limit of quorum work queues; policies with more attempts are
+	// refused. Default DefaultDeliveryLimit (20). Ignored for classic queues.
+	DeliveryLimit int
+	// Topics maps a topic (the work queue name) to its exchange and binding keys.
+	// Default: every topic has an exchange of its own name bound with "#".
+	Topics map[string]Topic
+	// Prefetch is the consumer prefetch (basic.qos) per subscription. Default 10. On quorum
+	// queues a consumer crash returns every prefetched message, and each return counts as an
+	// attempt; set 1 where that matters more than throughput.
+	Prefetch int
+	// RequeueDelay is how long a subscription waits before requeueing a nacked message that
+	// was not sent to a retry tier (failed dead-letter write, failed retry publish, shutdown),
+	// so a broken dependency does not spin. Default 500 ms; the wait ends early on shutdown.
+	RequeueDelay time.Duration
+	// ReconnectDelay is the pause before a subscription reopens its channel after the
+	// connection or channel failed. Default 1 s.
+	ReconnectDelay time.Duration
+	// DeadLetterSuffix names the DLQ of a topic: topic + suffix. Default ".dlq". Topic names
+	// ending with it are reserved for dead-letter queues.
+	DeadLetterSuffix string
+	// CheckDelivery, when set, inspects every delivery before it reaches the router; an error
+	// makes the delivery Malformed: it is dead-lettered with its bytes intact and the handler
+	// is not called. Use it for a body schema the handler cannot cope with. Default: none.
+	CheckDelivery func(amqp091.Delivery) error
+	// Logger receives connection and subscription events. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate checks every field and returns a *millrace.ConfigError naming the first bad one.
+func (c Config) Validate() error {
+	if c.URL != "" {
+		if _, err := amqp091.ParseURI(c.URL); err != nil {
+			return &millrace.ConfigError{Field: "Config.URL", Value: redact(c.URL), Rule: "must be an amqp:// or amqps:// URI (" + err.Error() + ")"}
+		}
+	}
+	switch c.QueueType {
+	case "", Classic, Quorum:
+	default:
+		return &millrace.ConfigError{Field: "Config.QueueType", Value: string(c.QueueType), Rule: `must be "classic" or "quorum"`}
+	}
+	checks := []struct {
+		field string
+		bad   bool
+		value string
+		rule  string
+	}{
+		{"Config.DeliveryLimit", c.DeliveryLimit < 0, strconv.Itoa(c.DeliveryLimit), "must not be negative (0 means 20)"},
+		{"Config.Prefetch", c.Prefetch < 0, strconv.Itoa(c.Prefetch), "must not be negative (0 means 10)"},
+		{"Config.RequeueDelay", c.RequeueDelay < 0, c.RequeueDelay.String(), "must not be negative (0 means 500ms)"},
+		{"Config.ReconnectDelay", c.ReconnectDelay < 0, c.ReconnectDelay.String(), "must not be negative (0 means 1s)"},
+	}
+	for _, ch := range checks {
+		if ch.bad {
+			return &millrace.ConfigError{Field: ch.field, Value: ch.value, Rule: ch.rule}
+		}
+	}
+	suffix := c.DeadLetterSuffix
+	if suffix == "" {
+		suffix = ".dlq"
+	}
+	for name, t := range c.Topics {
+		field := "Config.Topics[" + strconv.Quote(name) + "]"
+		switch {
+		case name == "":
+			return &millrace.ConfigError{Field: "Config.Topics", Value: `""`, Rule: "topic names must not be empty"}
+		case strings.HasSuffix(name, suffix):
+			return &millrace.ConfigError{Field: field, Value: name, Rule: "must not end with the dead-letter suffix " + strconv.Quote(suffix)}
+		case strings.HasPrefix(t.Exchange, "amq."):
+			return &millrace.ConfigError{Field: field + ".Exchange", Value: t.Exchange, Rule: `must not start with "amq." (reserved by RabbitMQ)`}
+		}
+		for i, k := range t.BindingKeys {
+			if k == "" {
+				return &millrace.ConfigError{Field: field + ".BindingKeys[" + strconv.Itoa(i) + "]", Value: `""`, Rule: "must not be empty (use \"#\" for every key)"}
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Config) setDefaults() {
+	if c.URL == "" {
+		c.URL = DefaultURL
+	}
+	if c.QueueType == "" {
+		c.QueueType = Classic
+	}
+	if c.DeliveryLimit == 0 {
+		c.DeliveryLimit = DefaultDeliveryLimit
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = 10
+	}
+	if c.RequeueDelay == 0 {
+		c.RequeueDelay = 500 * time.Millisecond
+	}
+	if c.ReconnectDelay == 0 {
+		c.ReconnectDelay = time.Second
+	}
+	if c.DeadLetterSuffix == "" {
+		c.DeadLetterSuffix = ".dlq"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// topic returns the binding of name with defaults applied.
+func (c *Config) topic(name string) Topic {
+	t := c.Topics[name]
+	if t.Exchange == "" {
+		t.Exchange = name
+	}
+	if len(t.BindingKeys) == 0 {
+		t.BindingKeys = []string{"#"}
+	}
+	return t
+}
+
+// redact hides the password of an AMQP URI for error messages.
+func redact(uri string) string {
+	u, err := amqp091.ParseURI(uri)
+	if err != nil {
+		return "<unparseable URI>"
+	}
+	u.Password = "xxxxx"
+	return u.String()
+}
