@@ -1,0 +1,67 @@
+package sqs
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/millrace/millrace"
+)
+
+// DecodeAttempt reads the attempt from SQS's ApproximateReceiveCount (first receive = 1;
+// every receive counts, so a redelivery after a failed dead-letter write or a crash is one more
+// attempt) and ApproximateFirstReceiveTimestamp. SQS cannot carry the previous error, so
+// LastError stays empty. A message without a receive count reads as attempt 1 (Source none).
+func (a *Adapter) DecodeAttempt(msg *message.Message) millrace.Attempt {
+	at := millrace.Attempt{Number: 1, Broker: BrokerName}
+	d, ok := deliveryFrom(msg.Context())
+	if !ok {
+		return at
+	}
+	at.OriginalTopic = d.topic
+	at.NativeID = d.messageID
+	at.FirstAttemptAt = d.firstReceive
+	if d.receiveCount > 0 {
+		at.Number = d.receiveCount
+		at.NativeCount = d.receiveCount
+		at.Source = millrace.SourceNative
+	}
+	return at
+}
+
+// ScheduleRetry hides the message for req.Delay with ChangeMessageVisibility (whole seconds,
+// rounded up; cut to what SQS still allows, 12 h from the receive) and returns NackOriginal: the
+// router nacks, the message is not deleted, and SQS delivers it again when the delay ends, with
+// its receive count one higher. On error the visibility is unchanged and the message returns
+// after the queue's visibility timeout.
+func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req millrace.RetryRequest) (millrace.Disposition, error) {
+	d, ok := deliveryFrom(msg.Context())
+	if !ok {
+		return 0, ErrNoDelivery
+	}
+	secs := visibilitySeconds(req.Delay, time.Since(d.receivedAt))
+	_, err := a.client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
+		QueueUrl:          aws.String(d.queueURL),
+		ReceiptHandle:     aws.String(d.receipt),
+		VisibilityTimeout: secs,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("millrace sqs: change visibility of message %s to %ds: %w", d.messageID, secs, err)
+	}
+	return millrace.NackOriginal, nil
+}
+
+// visibilitySeconds converts a retry delay to a visibility timeout: whole seconds rounded up
+// (never earlier than asked), and no more than SQS allows for a message received elapsed ago
+// (its invisibility cannot extend beyond 12 h from the receive; one second of margin for the
+// clock difference between here and SQS).
+func visibilitySeconds(delay, elapsed time.Duration) int32 {
+	secs := (max(delay, 0) + time.Second - 1) / time.Second
+	limit := (MaxVisibility - elapsed) / time.Second
+	secs = min(secs, limit-1)
+	return int32(max(secs, 0))
+}
