@@ -1,0 +1,169 @@
+package kafka
+
+import (
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/millrace/millrace"
+)
+
+// Config configures the Kafka adapter. Brokers and ConsumerGroup are required; every other
+// field has the default shown.
+type Config struct {
+	// Brokers lists bootstrap brokers as host:port. Required.
+	Brokers []string
+	// ConsumerGroup is the consumer group every subscription joins; each Subscribe call is one
+	// member consuming its topic and that topic's retry topics. Required: give every service
+	// (and every tool) its own, since a stray member in a group takes partitions from the rest.
+	ConsumerGroup string
+	// Partitions is the partition count of a source topic Provision creates because it is
+	// missing. Default 1.
+	Partitions int32
+	// RetryPartitions is the partition count of the retry and dead-letter topics Provision
+	// creates. Default 0: as many as the source topic.
+	RetryPartitions int32
+	// ReplicationFactor of the topics Provision creates. Default 0 (or -1): the broker's default.
+	ReplicationFactor int16
+	// RetryRetention is the retention.ms of the retry topics: a retry must outlive its delay in
+	// its topic. Default 7 days (Kafka's own default); must exceed MaxDelay.
+	RetryRetention time.Duration
+	// MaxDelay is the longest retry delay accepted; longer policies are refused at start-up.
+	// Default 24 h.
+	MaxDelay time.Duration
+	// MaxTiers bounds the distinct delays of a policy, each one retry topic. Default 8, enough
+	// for an exponential backoff over 9 attempts.
+	MaxTiers int
+	// SyncCommit makes each acknowledged record's offset commit complete before the next record
+	// of its partition is delivered. Default false: each acknowledgement marks the offset and
+	// wakes a background committer that commits at once (coalescing acknowledgements that arrive
+	// while a commit is in flight), so a crash redelivers at most the records acknowledged during
+	// one commit round trip. Either way only acknowledged records are ever committed, and
+	// Sarama's periodic auto-commit stays off. Sync commits are slow with Sarama: a commit waits
+	// behind the fetch long-poll on the same broker connection (up to Consumer.MaxWaitTime,
+	// 500 ms by default) for every record.
+	SyncCommit bool
+	// NackDelay is how long a nacked record (its retry or dead letter could not be written)
+	// waits before the subscription delivers it again. Default 500 ms.
+	NackDelay time.Duration
+	// ReconnectDelay is the pause before a subscription rejoins after its group session failed
+	// (broker unreachable, topic not created yet). Default 250 ms.
+	ReconnectDelay time.Duration
+	// PartitionKey gives the record key of a message published through Publisher. Default nil:
+	// no key (records are spread over partitions). Retries and dead letters always keep the
+	// original record's key, whatever this returns.
+	PartitionKey func(topic string, msg *message.Message) (string, error)
+	// Sarama is the base client configuration (version, TLS, SASL, timeouts). Default
+	// sarama.NewConfig(). The adapter overrides, on a copy, the settings its guarantees depend
+	// on: acks=all and synchronous producer results, no topic auto-creation from metadata
+	// requests, offsets from the oldest record for a new group, auto-commit off and
+	// consumer errors returned.
+	Sarama *sarama.Config
+	// Logger receives subscription and commit problems. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate checks every field; it returns a *millrace.ConfigError.
+func (c Config) Validate() error {
+	if len(c.Brokers) == 0 {
+		return &millrace.ConfigError{Field: "kafka.Config.Brokers", Value: "[]", Rule: "must list at least one host:port"}
+	}
+	for i, b := range c.Brokers {
+		if strings.TrimSpace(b) == "" {
+			return &millrace.ConfigError{Field: "kafka.Config.Brokers[" + strconv.Itoa(i) + "]", Value: strconv.Quote(b), Rule: "must be host:port"}
+		}
+	}
+	if c.ConsumerGroup == "" {
+		return &millrace.ConfigError{Field: "kafka.Config.ConsumerGroup", Value: `""`, Rule: "is required (one group per service)"}
+	}
+	type check struct {
+		field string
+		bad   bool
+		value string
+		rule  string
+	}
+	for _, k := range []check{
+		{"Partitions", c.Partitions < 0, itoa32(c.Partitions), "must not be negative (0 means 1)"},
+		{"RetryPartitions", c.RetryPartitions < 0, itoa32(c.RetryPartitions), "must not be negative (0 means as many as the source topic)"},
+		{"ReplicationFactor", c.ReplicationFactor < -1, strconv.Itoa(int(c.ReplicationFactor)), "must be -1 or 0 (broker default) or positive"},
+		{"RetryRetention", c.RetryRetention < 0, c.RetryRetention.String(), "must not be negative (0 means 7 days)"},
+		{"MaxDelay", c.MaxDelay < 0, c.MaxDelay.String(), "must not be negative (0 means 24h)"},
+		{"MaxTiers", c.MaxTiers < 0, strconv.Itoa(c.MaxTiers), "must not be negative (0 means 8)"},
+		{"NackDelay", c.NackDelay < 0, c.NackDelay.String(), "must not be negative (0 means 500ms)"},
+		{"ReconnectDelay", c.ReconnectDelay < 0, c.ReconnectDelay.String(), "must not be negative (0 means 250ms)"},
+	} {
+		if k.bad {
+			return &millrace.ConfigError{Field: "kafka.Config." + k.field, Value: k.value, Rule: k.rule}
+		}
+	}
+	d := c.withDefaults()
+	if d.RetryRetention <= d.MaxDelay {
+		return &millrace.ConfigError{Field: "kafka.Config.RetryRetention", Value: d.RetryRetention.String(),
+			Rule: "must exceed MaxDelay (" + d.MaxDelay.String() + "), or retries expire before they are due"}
+	}
+	return nil
+}
+
+func itoa32(n int32) string { return strconv.Itoa(int(n)) }
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Partitions == 0 {
+		c.Partitions = 1
+	}
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = -1
+	}
+	if c.RetryRetention == 0 {
+		c.RetryRetention = 7 * 24 * time.Hour
+	}
+	if c.MaxDelay == 0 {
+		c.MaxDelay = 24 * time.Hour
+	}
+	if c.MaxTiers == 0 {
+		c.MaxTiers = 8
+	}
+	if c.NackDelay == 0 {
+		c.NackDelay = 500 * time.Millisecond
+	}
+	if c.ReconnectDelay == 0 {
+		c.ReconnectDelay = 250 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// saramaConfig returns a copy of the base client configuration with the settings the adapter's
+// guarantees depend on.
+func (c Config) saramaConfig() *sarama.Config {
+	sc := sarama.NewConfig()
+	if c.Sarama != nil {
+		cp := *c.Sarama
+		sc = &cp
+	}
+	if sc.ClientID == "" || sc.ClientID == "sarama" {
+		sc.ClientID = "millrace"
+	}
+	// Topics are created by Provision only; a metadata request never creates one, so a missing
+	// retry topic fails the publish instead of appearing with broker defaults.
+	sc.Metadata.AllowAutoTopicCreation = false
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Producer.Return.Successes = true
+	sc.Producer.Return.Errors = true
+	sc.Consumer.Return.Errors = true
+	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	// The subscription commits itself, right after each acknowledgement.
+	sc.Consumer.Offsets.AutoCommit.Enable = false
+	// A member learns of a rebalance at its next heartbeat: 1 s instead of 3 s lets a group
+	// settle quickly when a subscription joins or leaves.
+	if sc.Consumer.Group.Heartbeat.Interval == 3*time.Second {
+		sc.Consumer.Group.Heartbeat.Interval = time.Second
+	}
+	return sc
+}

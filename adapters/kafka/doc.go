@@ -1,0 +1,67 @@
+// Package kafka is millrace's Kafka adapter: non-blocking retry topics, attempt headers, and
+// offsets committed only after a retry or dead letter is safely written.
+//
+// # Topology
+//
+// For a source topic T and a retry policy, Provision creates (never relying on broker
+// auto-creation, which production clusters usually disable):
+//
+//	T                     the source topic, if missing (Config.Partitions partitions)
+//	T.retry               the retry topic, when the policy has one distinct delay
+//	T.retry.<delay>       one retry topic per distinct delay otherwise, e.g. T.retry.60s
+//	T.dlq                 the dead-letter topic
+//
+// Retry and dead-letter topics get Config.RetryPartitions partitions, by default as many as T,
+// so a key keeps its relative order within each topic.
+//
+// # Retry
+//
+// A Retry outcome republishes the record (key, payload and headers unchanged) to the retry topic
+// of the smallest delay tier that is at least the requested delay (the largest tier when none
+// is), with headers for the next attempt, the original topic, partition, offset and key, the
+// first-attempt time, the not-before time and the last error. The publish is synchronous and
+// acknowledged by the brokers (acks=all); only then is the original record acknowledged, marked
+// and committed. If the publish fails the record is nacked: its offset does not advance and the
+// same subscription delivers it again after Config.NackDelay, counting one more attempt.
+//
+// Subscribe(ctx, T) consumes T and all of its retry topics as one consumer-group member, merged
+// into one channel, so the same handler sees first attempts and retries. Each partition is
+// handled by its own goroutine, one record at a time, so a failing record never delays the
+// records behind it: it leaves its partition for a retry topic. A record read from a retry topic
+// is delivered no earlier than its not-before header: its goroutine waits on a timer with that
+// partition paused (no fetches), while heartbeats go on in the background and other partitions
+// keep flowing; the wait ends at once when the group rebalances, leaving the record uncommitted
+// for the next owner, which waits for the same not-before time.
+//
+// # Offsets
+//
+// Sarama's periodic auto-commit is off. An offset is marked only when its record was
+// acknowledged (success, discard, retry published, dead letter published), and each
+// acknowledgement wakes the session's committer, which commits the marks at once
+// (acknowledgements that arrive while a commit is in flight share the next one).
+// Config.SyncCommit instead makes every record's commit complete before the next record of its
+// partition is delivered. A rebalance waits for a record in flight to be acknowledged and
+// commits it before the partition moves.
+//
+// # Attempts
+//
+// Kafka keeps no delivery counter: the attempt lives in headers (see millrace.HeaderAttempt and
+// HeaderOriginalPartition, HeaderOriginalOffset). Headers are untrusted input. A missing attempt
+// header on the source topic is the first attempt. An attempt header that is present but not a
+// positive decimal integer, and a record on a retry topic without any attempt header, are
+// undecodable: the record is dead-lettered at once as malformed with its bytes unchanged, so no
+// header can buy a message more attempts than the policy allows. A huge attempt number is
+// dead-lettered as exhausted. Spring Kafka's headers are read when millrace's are absent:
+// retry_topic-attempts (4-byte, or in old versions 1-byte, big-endian), kafka_original-topic,
+// kafka_original-partition (4-byte big-endian), kafka_original-offset (8-byte big-endian),
+// retry_topic-backoff-timestamp and kafka_exception-message, so records retried by Spring
+// services keep their count.
+//
+// Redeliveries after a nack within one subscription count as attempts too (NativeCount), so a
+// record whose retry cannot be published still reaches its dead letter after MaxAttempts calls.
+//
+// # Brokers
+//
+// Config.Brokers lists the bootstrap brokers. The tests read MILLRACE_KAFKA_BROKERS (default
+// 127.0.0.1:19092); `source .ci/services/kafka.sh` starts a Kafka-protocol broker (kfake) there.
+package kafka

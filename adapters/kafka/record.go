@@ -1,0 +1,129 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/IBM/sarama"
+	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/millrace/millrace"
+)
+
+// RecordInfo is the Kafka position of a consumed message.
+type RecordInfo struct {
+	// Topic is the topic the record was read from: the source topic or one of its retry topics.
+	Topic string
+	// Partition and Offset locate the record.
+	Partition int32
+	Offset    int64
+	// Key is the record key, nil when it had none.
+	Key []byte
+	// Timestamp is the record's timestamp.
+	Timestamp time.Time
+}
+
+// delivery is the native state of one delivery of a record, stored in the message context for
+// DecodeAttempt, ScheduleRetry and DeadLetter.
+type delivery struct {
+	RecordInfo
+	// source is the topic the subscription was made for (a retry topic's source topic).
+	source string
+	// fromRetryTopic is true when Topic is one of source's retry topics.
+	fromRetryTopic bool
+	// count is the number of deliveries of this record in this subscription, 1 on the first.
+	count int
+	// firstAt is when this record was first delivered in this subscription.
+	firstAt time.Time
+	// attempt is the attempt history decoded from the headers (count not yet applied).
+	attempt millrace.Attempt
+}
+
+type deliveryKey struct{}
+
+func withDelivery(ctx context.Context, d *delivery) context.Context {
+	return context.WithValue(ctx, deliveryKey{}, d)
+}
+
+func deliveryFrom(ctx context.Context) (*delivery, bool) {
+	d, ok := ctx.Value(deliveryKey{}).(*delivery)
+	return d, ok && d != nil
+}
+
+// Record returns the Kafka position of a message consumed through this adapter's subscriber;
+// ok is false for any other message.
+func Record(msg *message.Message) (info RecordInfo, ok bool) {
+	d, ok := deliveryFrom(msg.Context())
+	if !ok {
+		return RecordInfo{}, false
+	}
+	return d.RecordInfo, true
+}
+
+// nativeID names a record for logs and dead-letter records: topic-partition@offset, as Kafka
+// tools print it.
+func (r RecordInfo) nativeID() string {
+	return fmt.Sprintf("%s-%d@%d", r.Topic, r.Partition, r.Offset)
+}
+
+// recordKey carries the key a retry or dead-letter publish must keep.
+type recordKey struct{}
+
+// marshaler writes a message as a record: watermill-kafka's default layout (payload as value,
+// metadata as headers, UUID in the _watermill_message_uuid header) plus the record key: the
+// original record's for retries and dead letters, otherwise PartitionKey's.
+type marshaler struct {
+	partitionKey func(topic string, msg *message.Message) (string, error)
+}
+
+// Marshal implements watermill-kafka's Marshaler.
+func (m marshaler) Marshal(topic string, msg *message.Message) (*sarama.ProducerMessage, error) {
+	pm, err := wmkafka.DefaultMarshaler{}.Marshal(topic, msg)
+	if err != nil {
+		return nil, err
+	}
+	if key, ok := msg.Context().Value(recordKey{}).([]byte); ok {
+		if key != nil {
+			pm.Key = sarama.ByteEncoder(key)
+		}
+		return pm, nil
+	}
+	if m.partitionKey != nil {
+		key, err := m.partitionKey(topic, msg)
+		if err != nil {
+			return nil, fmt.Errorf("kafka: partition key for topic %q: %w", topic, err)
+		}
+		pm.Key = sarama.StringEncoder(key)
+	}
+	return pm, nil
+}
+
+// toMessage turns a consumed record into a message the way watermill-kafka's DefaultMarshaler
+// does (payload unchanged, headers as metadata byte for byte, UUID from the
+// _watermill_message_uuid header), without its failure modes: a record without that header gets
+// its position as UUID, so every redelivery and retry of a foreign record keeps one UUID.
+func toMessage(rec *sarama.ConsumerMessage) *message.Message {
+	md := toMetadata(rec)
+	uuid := md[wmkafka.UUIDHeaderKey]
+	delete(md, wmkafka.UUIDHeaderKey)
+	if uuid == "" {
+		uuid = fmt.Sprintf("%s-%d@%d", rec.Topic, rec.Partition, rec.Offset)
+	}
+	msg := message.NewMessage(uuid, rec.Value)
+	msg.Metadata = md
+	return msg
+}
+
+// toMetadata reads a record's headers as metadata, byte for byte; of repeated keys the last
+// wins.
+func toMetadata(rec *sarama.ConsumerMessage) message.Metadata {
+	md := make(message.Metadata, len(rec.Headers))
+	for _, h := range rec.Headers {
+		if h != nil {
+			md[string(h.Key)] = string(h.Value)
+		}
+	}
+	return md
+}

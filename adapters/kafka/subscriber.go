@@ -1,0 +1,143 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/millrace/millrace"
+)
+
+// subscriber is a handle on the adapter whose Close ends only its own subscriptions.
+type subscriber struct {
+	a       *Adapter
+	once    sync.Once
+	closing chan struct{}
+	wg      sync.WaitGroup
+}
+
+// Subscribe joins the adapter's consumer group as one member consuming topic and its retry
+// topics, and delivers their records on one channel, one record at a time per partition. The
+// channel closes when ctx is done or the subscriber or adapter is closed. If topic does not
+// exist yet the member keeps retrying every Config.ReconnectDelay, so a subscription may start
+// before Provision creates the topic.
+func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	a := s.a
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil, millrace.ErrClosed
+	}
+	a.subs.Add(1)
+	a.mu.Unlock()
+	select {
+	case <-s.closing:
+		a.subs.Done()
+		return nil, fmt.Errorf("kafka: subscribe %q: subscriber closed", topic)
+	default:
+	}
+
+	client, err := sarama.NewClient(a.cfg.Brokers, a.sc)
+	if err != nil {
+		a.subs.Done()
+		return nil, fmt.Errorf("kafka: subscribe %q: connect to %v: %w", topic, a.cfg.Brokers, err)
+	}
+	group, err := sarama.NewConsumerGroupFromClient(a.cfg.ConsumerGroup, client)
+	if err != nil {
+		_ = client.Close()
+		a.subs.Done()
+		return nil, fmt.Errorf("kafka: subscribe %q: join group %q: %w", topic, a.cfg.ConsumerGroup, err)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	out := make(chan *message.Message)
+	sub := &subscription{a: a, topic: topic, client: client, group: group, ctx: ctx, out: out,
+		logger: a.logger.With(slog.String("topic", topic), slog.String("group", a.cfg.ConsumerGroup))}
+	s.wg.Add(1)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-s.closing:
+		case <-a.closing:
+		}
+		cancel()
+	}()
+	go sub.logErrors()
+	go func() {
+		defer a.subs.Done()
+		defer s.wg.Done()
+		defer close(out)
+		defer func() {
+			cancel()
+			_ = group.Close() // leaves the group, after the claims returned
+			_ = client.Close()
+		}()
+		sub.run()
+	}()
+	return out, nil
+}
+
+// Close ends the subscriptions made through s and waits for them to leave the group.
+func (s *subscriber) Close() error {
+	s.once.Do(func() { close(s.closing) })
+	s.wg.Wait()
+	return nil
+}
+
+// subscription is one group member consuming a source topic and its retry topics.
+type subscription struct {
+	a      *Adapter
+	topic  string
+	client sarama.Client
+	group  sarama.ConsumerGroup
+	ctx    context.Context
+	out    chan<- *message.Message
+	logger *slog.Logger
+}
+
+// run joins the group again after every session (rebalance, error) until the context ends.
+func (s *subscription) run() {
+	warned := false
+	for s.ctx.Err() == nil {
+		tiers := s.a.retryTopics(s.client, s.topic)
+		topics := []string{s.topic}
+		for t := range tiers {
+			topics = append(topics, t)
+		}
+		sort.Strings(topics[1:])
+		err := s.group.Consume(s.ctx, topics, newGroupHandler(s, tiers))
+		if s.ctx.Err() != nil || errors.Is(err, sarama.ErrClosedConsumerGroup) {
+			return
+		}
+		if err == nil {
+			continue // the session ended for a rebalance: join the next generation
+		}
+		level := slog.LevelDebug
+		if !warned {
+			level, warned = slog.LevelWarn, true
+		}
+		s.logger.Log(s.ctx, level, "kafka: consumer group session failed; retrying",
+			slog.Any("topics", topics), slog.String("error", err.Error()), slog.Duration("retry_in", s.a.cfg.ReconnectDelay))
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(s.a.cfg.ReconnectDelay):
+		}
+	}
+}
+
+// logErrors drains the group's error channel (fetch and commit errors), which must be read.
+func (s *subscription) logErrors() {
+	for err := range s.group.Errors() {
+		if s.ctx.Err() == nil {
+			s.logger.Warn("kafka: consumer error", slog.String("error", err.Error()))
+		}
+	}
+}

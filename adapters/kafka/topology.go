@@ -1,0 +1,222 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/millrace/millrace"
+)
+
+// ErrNotProvisioned is returned by ScheduleRetry for a topic whose retry topics this adapter
+// has not provisioned (router.Run provisions every handler topic before subscribing).
+var ErrNotProvisioned = errors.New("kafka: topic not provisioned on this adapter")
+
+// RetrySuffix starts the name of every retry topic of a source topic.
+const RetrySuffix = ".retry"
+
+// tier is one retry topic and the delay it holds records for.
+type tier struct {
+	topic string
+	delay time.Duration
+}
+
+// RetryTopics names the retry topics of topic for the given distinct delays: topic.retry for
+// one delay, topic.retry.<delay> (e.g. push.requested.retry.60s) for each of several.
+func RetryTopics(topic string, delays []time.Duration) []string {
+	if len(delays) == 1 {
+		return []string{topic + RetrySuffix}
+	}
+	out := make([]string, len(delays))
+	for i, d := range delays {
+		out[i] = topic + RetrySuffix + "." + delayName(d)
+	}
+	return out
+}
+
+// delayName writes d in the largest whole unit among s, ms and ns, so names stay short and
+// valid topic characters: 60s, 1500ms, 250ns.
+func delayName(d time.Duration) string {
+	switch {
+	case d%time.Second == 0:
+		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
+	case d%time.Millisecond == 0:
+		return strconv.FormatInt(int64(d/time.Millisecond), 10) + "ms"
+	default:
+		return strconv.FormatInt(int64(d), 10) + "ns"
+	}
+}
+
+// delayFromName reads the delay a retry topic name carries (source.retry.60s), 0 if none.
+func delayFromName(name, source string) time.Duration {
+	d, err := time.ParseDuration(strings.TrimPrefix(name, source+RetrySuffix+"."))
+	if err != nil || d < 0 {
+		return 0
+	}
+	return d
+}
+
+// isRetryTopicOf reports whether name is one of source's retry topics.
+func isRetryTopicOf(name, source string) bool {
+	return name == source+RetrySuffix || strings.HasPrefix(name, source+RetrySuffix+".")
+}
+
+// Provision creates topic (if missing), its retry topics (one per distinct delay of policy) and
+// its dead-letter topic, and waits until the brokers report all of them. It is idempotent:
+// existing topics are kept as they are.
+func (a *Adapter) Provision(ctx context.Context, topic string, policy millrace.RetryPolicy) error {
+	if err := policy.ValidateFor(a.Capabilities()); err != nil {
+		return err
+	}
+	admin, err := a.clusterAdmin()
+	if err != nil {
+		return err
+	}
+	parts, err := a.ensureSource(admin, topic)
+	if err != nil {
+		return err
+	}
+	if a.cfg.RetryPartitions > 0 {
+		parts = a.cfg.RetryPartitions
+	}
+	delays := policy.DistinctDelays()
+	names := RetryTopics(topic, delays)
+	tiers := make([]tier, len(delays))
+	retention := strconv.FormatInt(a.cfg.RetryRetention.Milliseconds(), 10)
+	for i, name := range names {
+		tiers[i] = tier{topic: name, delay: delays[i]}
+		if err := a.createTopic(admin, name, parts, map[string]*string{"retention.ms": &retention}); err != nil {
+			return err
+		}
+	}
+	dlq := a.DeadLetterTopic(topic)
+	if err := a.createTopic(admin, dlq, parts, nil); err != nil {
+		return err
+	}
+	if err := a.awaitTopics(ctx, admin, append([]string{topic, dlq}, names...)); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.tiers[topic] = tiers
+	a.mu.Unlock()
+	return nil
+}
+
+// clusterAdmin returns the adapter's admin client, connecting it on first use.
+func (a *Adapter) clusterAdmin() (sarama.ClusterAdmin, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, millrace.ErrClosed
+	}
+	if a.admin == nil {
+		admin, err := sarama.NewClusterAdmin(a.cfg.Brokers, a.sc)
+		if err != nil {
+			return nil, fmt.Errorf("kafka: connect admin to %v: %w", a.cfg.Brokers, err)
+		}
+		a.admin = admin
+	}
+	return a.admin, nil
+}
+
+// ensureSource creates topic with Config.Partitions if it is missing and returns its partition
+// count.
+func (a *Adapter) ensureSource(admin sarama.ClusterAdmin, topic string) (int32, error) {
+	md, err := admin.DescribeTopics([]string{topic})
+	if err != nil {
+		return 0, fmt.Errorf("kafka: describe topic %q: %w", topic, err)
+	}
+	if len(md) == 1 && errors.Is(md[0].Err, sarama.ErrNoError) && len(md[0].Partitions) > 0 {
+		return int32(len(md[0].Partitions)), nil
+	}
+	if err := a.createTopic(admin, topic, a.cfg.Partitions, nil); err != nil {
+		return 0, err
+	}
+	return a.cfg.Partitions, nil
+}
+
+func (a *Adapter) createTopic(admin sarama.ClusterAdmin, name string, partitions int32, configs map[string]*string) error {
+	err := admin.CreateTopic(name, &sarama.TopicDetail{
+		NumPartitions:     partitions,
+		ReplicationFactor: a.cfg.ReplicationFactor,
+		ConfigEntries:     configs,
+	}, false)
+	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
+		return fmt.Errorf("kafka: create topic %q (%d partitions): %w", name, partitions, err)
+	}
+	return nil
+}
+
+// awaitTopics waits until every topic has partitions with leaders in the brokers' metadata, as
+// a new topic can take a moment to appear on a real cluster.
+func (a *Adapter) awaitTopics(ctx context.Context, admin sarama.ClusterAdmin, topics []string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		md, err := admin.DescribeTopics(topics)
+		missing := ""
+		if err != nil {
+			missing = err.Error()
+		}
+		for _, t := range md {
+			if !errors.Is(t.Err, sarama.ErrNoError) || len(t.Partitions) == 0 {
+				missing = t.Name
+				break
+			}
+		}
+		if missing == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kafka: topics %v not ready (%s): %w", topics, missing, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// tierFor returns the retry topic for a delay on source: the smallest delay tier at least d,
+// or the largest tier when d exceeds them all (a longer wait would hold up that tier's
+// partition). The second result is the tier's delay, the one the retry is scheduled with.
+func (a *Adapter) tierFor(source string, d time.Duration) (tier, error) {
+	a.mu.Lock()
+	tiers := a.tiers[source]
+	a.mu.Unlock()
+	if len(tiers) == 0 {
+		return tier{}, fmt.Errorf("%w: %q has no retry topics; call Provision first", ErrNotProvisioned, source)
+	}
+	for _, t := range tiers {
+		if t.delay >= d {
+			return t, nil
+		}
+	}
+	return tiers[len(tiers)-1], nil
+}
+
+// retryTopics returns the retry topics a subscription to source consumes: those provisioned on
+// this adapter and any other source.retry* topic on the cluster (a policy changed since, or a
+// tier provisioned by another instance), so no pending retry is left behind. The delay is 0
+// where unknown.
+func (a *Adapter) retryTopics(client sarama.Client, source string) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	a.mu.Lock()
+	for _, t := range a.tiers[source] {
+		out[t.topic] = t.delay
+	}
+	a.mu.Unlock()
+	if err := client.RefreshMetadata(); err == nil {
+		if names, err := client.Topics(); err == nil {
+			for _, n := range names {
+				if _, known := out[n]; !known && isRetryTopicOf(n, source) {
+					out[n] = delayFromName(n, source)
+				}
+			}
+		}
+	}
+	return out
+}
