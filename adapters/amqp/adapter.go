@@ -28,7 +28,7 @@ type Adapter struct {
 
 	mu       sync.Mutex
 	tiers    map[string]tierSet
-	declared map[string]string // queue and exchange names declared -> "queue" | "exchange"
+	declared map[declaredName]bool // queues and exchanges declared, for test clean-up
 	closed   bool
 	closing  chan struct{}
 	subs     sync.WaitGroup
@@ -48,7 +48,7 @@ func New(ctx context.Context, cfg Config) (*Adapter, error) {
 		subConn:  newConnection(cfg.URL, "millrace-consumer"),
 		pubConn:  newConnection(cfg.URL, "millrace-publisher"),
 		tiers:    map[string]tierSet{},
-		declared: map[string]string{},
+		declared: map[declaredName]bool{},
 		closing:  make(chan struct{}),
 	}
 	a.pubs = newPublishers(a.pubConn)
@@ -134,10 +134,13 @@ func (a *Adapter) Close() error {
 	return err2
 }
 
+// declaredName is a queue or an exchange; a topic's queue and exchange often share a name.
+type declaredName struct{ kind, name string }
+
 // track records a declared queue or exchange, so tests can remove what they created.
 func (a *Adapter) track(kind, name string) {
 	a.mu.Lock()
-	a.declared[name] = kind
+	a.declared[declaredName{kind, name}] = true
 	a.mu.Unlock()
 }
 

@@ -1,11 +1,13 @@
 package amqp
 
-import "maps"
-
-// Declared returns the queues and exchanges a declared (name -> "queue" | "exchange"), so tests
-// can delete what they created on a shared broker.
-func (a *Adapter) Declared() map[string]string {
+// Declared returns the queues and exchanges a declared as [kind, name] pairs (kind "queue" or
+// "exchange"), so tests can delete what they created on a shared broker.
+func (a *Adapter) Declared() [][2]string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return maps.Clone(a.declared)
+	out := make([][2]string, 0, len(a.declared))
+	for d := range a.declared {
+		out = append(out, [2]string{d.kind, d.name})
+	}
+	return out
 }
