@@ -1,5 +1,7 @@
 package amqp
 
+import amqp091 "github.com/rabbitmq/amqp091-go"
+
 // Declared returns the queues and exchanges a declared as [kind, name] pairs (kind "queue" or
 // "exchange"), so tests can delete what they created on a shared broker.
 func (a *Adapter) Declared() [][2]string {
@@ -11,3 +13,6 @@ func (a *Adapter) Declared() [][2]string {
 	}
 	return out
 }
+
+// Table is amqp091.Table, for internal tests.
+type Table = amqp091.Table
