@@ -3,6 +3,7 @@ package sqs_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
@@ -66,6 +67,7 @@ func testConfig(t testing.TB) sqs.Config {
 		VisibilityTimeout: 3 * time.Second,
 		ProcessingBudget:  2 * time.Second,
 		CreateQueues:      true,
+		Logger:            slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 }
 

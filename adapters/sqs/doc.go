@@ -1,0 +1,80 @@
+// Package sqs is millrace's Amazon SQS adapter (standard queues), built on watermill-aws
+// v1.0.3 and aws-sdk-go-v2.
+//
+// # How millrace maps to SQS
+//
+//	millrace                  SQS
+//	------------------------  ---------------------------------------------------------------
+//	topic                     queue QueueName(topic): "push.requested" -> "push-requested"
+//	Attempt.Number            ApproximateReceiveCount (first receive = 1), Source native;
+//	                          FirstAttemptAt = ApproximateFirstReceiveTimestamp
+//	SUCCESS, DISCARD          ack: DeleteMessage
+//	RETRY below MaxAttempts   ChangeMessageVisibility(delay, whole seconds rounded up), then
+//	                          NackOriginal: the message is not deleted and SQS delivers the same
+//	                          message again when the delay ends, its receive count one higher
+//	give-up (exhausted,       GiveUpSend (default): SendMessage to the dead-letter queue
+//	malformed, discarded)     QueueName(topic)+"-dlq", then delete; if the send fails, no delete.
+//	                          GiveUpRedrive: SQS's RedrivePolicy moves exhausted messages
+//	failed retry or dead-     nothing: SQS makes the message visible again after the queue's
+//	letter write, crash       visibility timeout, and the next receive counts as one more attempt
+//
+// Because the attempt number is the receive count, every receive counts: a message whose
+// dead-letter write failed, or whose consumer crashed, comes back as the next attempt (past
+// MaxAttempts it is dead-lettered without calling the handler). SQS cannot carry the previous
+// attempt's error, so Attempt.LastError is empty (Capabilities.CarriesLastError is false).
+//
+// # Limits, refused at start-up
+//
+//   - Delays are whole seconds (Capabilities.DelayGranularity = 1 s).
+//   - ChangeMessageVisibility cannot hide a message beyond 12 h counted from its receive, and
+//     the retry is scheduled up to VisibilityTimeout after the receive, so
+//     Capabilities.MaxDelay = 12 h - VisibilityTimeout. A RetryAfter delay above it is cut to it.
+//   - VisibilityTimeout must exceed ProcessingBudget (set ProcessingBudget to the router's
+//     Config.Budget), or a second consumer receives a message while the first still handles it.
+//   - A queue RedrivePolicy whose maxReceiveCount differs from RetryPolicy.MaxAttempts is refused.
+//   - The queue's MessageRetentionPeriod must outlast every attempt and delay (Provision checks;
+//     a policy needing more than SQS's 14 days is refused).
+//   - An idempotency lease must be shorter than the retry window: see CheckLease.
+//
+// # Payloads and attributes
+//
+// An SQS body is text: the publisher refuses (ErrPayloadNotText) an empty payload, one that is
+// not valid UTF-8, or one with a character SQS does not allow, instead of altering it; the
+// conformance harness declares TextPayloadsOnly. Payloads that SQS accepts reach handlers and
+// dead-letter queues byte for byte.
+//
+// Metadata travels as String message attributes, plus AttrUUID for the message UUID. SQS allows
+// 10 attributes per message and refuses empty values and some names, so metadata that does not
+// fit travels packed as one JSON attribute (AttrMetadata). A dead letter carries its record
+// fields (reason, attempts, last error, original topic, handler, times, ...) packed as one JSON
+// attribute (AttrDeadLetterRecord) next to the original metadata; the subscriber unpacks both,
+// so deadletter.FromMessage reads dead letters received through Subscriber. A delivery whose
+// packed attributes do not decode is dead-lettered as malformed, unchanged.
+//
+// # Give-up through SQS's RedrivePolicy
+//
+// With GiveUpRedrive, Provision gives the queue the RedrivePolicy {deadLetterTargetArn: the
+// dead-letter queue, maxReceiveCount: MaxAttempts}. When the last attempt fails, the adapter
+// makes the message visible at once without deleting it, and SQS moves it to the dead-letter
+// queue on its next receive. The dead letter is then the original message as SQS moved it,
+// without millrace's failure context; discarded and malformed messages (given up on their
+// first attempt) are still sent by the adapter with the context. Use it when the dead-letter
+// queue must be SQS's own (redrive tooling such as StartMessageMoveTask, DLQ metrics tied to the
+// source queue); use the default GiveUpSend when operators need the failure context.
+//
+// # Provisioning
+//
+// Provision (router.Run calls it) creates missing queues and sets differing attributes when
+// Config.CreateQueues is on, and otherwise verifies them, returning a *MismatchError that lists
+// every difference. Subscribe and Publish never create queues unless CreateQueues is on.
+//
+// # Semantics worth knowing
+//
+//   - Each subscription receives one message at a time (MaxNumberOfMessages 1), so the others
+//     stay available to other consumers; scale with more subscriptions or instances.
+//   - SQS standard queues deliver at least once and may deliver a message twice; use the
+//     idempotency package for side effects.
+//   - If the delete after a successful dead-letter send fails, the message is delivered again
+//     and dead-lettered a second time (at least once, never lost).
+//   - Receive counts are approximate in SQS; fauxqs, LocalStack and ElasticMQ count exactly.
+package sqs

@@ -1,0 +1,193 @@
+package sqs
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/millrace/millrace/deadletter"
+)
+
+// received turns a marshaled message into what SQS hands a consumer.
+func received(m *types.Message, receiveCount string) *types.Message {
+	return &types.Message{
+		Body:              m.Body,
+		MessageAttributes: m.MessageAttributes,
+		MessageId:         aws.String("mid-1"),
+		ReceiptHandle:     aws.String("rh-1"),
+		Attributes: map[string]string{
+			"ApproximateReceiveCount":          receiveCount,
+			"ApproximateFirstReceiveTimestamp": "1700000000123",
+		},
+	}
+}
+
+func TestMarshalRoundTrip(t *testing.T) {
+	cases := map[string]message.Metadata{
+		"none":                             {},
+		"nine fit individually":            md(9, "v"),
+		"ten are packed":                   md(10, "v"),
+		"empty value is packed":            {"a": "", "b": "x"},
+		"invalid attribute name is packed": {"a b": "x"},
+		"AWS. prefix is packed":            {"AWS.trace": "x"},
+		"U+FFFF in a value is packed":      {"k": "a\uffffb"},
+		"control character is packed":      {"k": "a\x01b"},
+		"reserved name is packed":          {AttrMetadata: "x"},
+	}
+	for name, meta := range cases {
+		t.Run(name, func(t *testing.T) {
+			msg := message.NewMessage("uuid-1", []byte(`{"text":"naïve café ✓ 😀"}`))
+			maps.Copy(msg.Metadata, meta)
+			m, err := marshaler{}.Marshal(msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(m.MessageAttributes) > MaxAttributes {
+				t.Fatalf("%d attributes, SQS allows %d", len(m.MessageAttributes), MaxAttributes)
+			}
+			for k, v := range m.MessageAttributes {
+				if !validAttrName(k) || aws.ToString(v.StringValue) == "" || !isText(aws.ToString(v.StringValue)) {
+					t.Fatalf("attribute %q = %q would be refused by SQS", k, aws.ToString(v.StringValue))
+				}
+			}
+			got, err := marshaler{}.Unmarshal(received(m, "3"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := takeDelivery(got.Metadata, "topic", "url")
+			if d.decodeErr != nil {
+				t.Fatalf("decode error: %v", d.decodeErr)
+			}
+			if got.UUID != "uuid-1" || string(got.Payload) != string(msg.Payload) {
+				t.Fatalf("got uuid %q payload %q", got.UUID, got.Payload)
+			}
+			if !maps.Equal(got.Metadata, msg.Metadata) {
+				t.Fatalf("metadata %v, want %v", got.Metadata, msg.Metadata)
+			}
+			if d.receiveCount != 3 || d.receipt != "rh-1" || d.messageID != "mid-1" ||
+				!d.firstReceive.Equal(time.UnixMilli(1700000000123)) || d.receivedAt.IsZero() {
+				t.Fatalf("delivery %+v", d)
+			}
+		})
+	}
+}
+
+func md(n int, v string) message.Metadata {
+	m := message.Metadata{}
+	for i := range n {
+		m[fmt.Sprintf("k%d", i)] = v
+	}
+	return m
+}
+
+// TestMarshalDeadLetterFitsTenAttributes: a dead letter of a message with nine metadata
+// entries (the most a message can carry individually) still fits SQS's 10 attributes, and the
+// record reads back with deadletter.FromMessage.
+func TestMarshalDeadLetterFitsTenAttributes(t *testing.T) {
+	rec := deadletter.Record{
+		UUID: "uuid-1", Payload: []byte("{bad json"), Metadata: md(9, "v"),
+		Reason: deadletter.Malformed, Attempts: 1, LastError: "invalid JSON \x00 at byte 4 \uffff",
+		OriginalTopic: "push.requested", Broker: "sqs", NativeID: "mid-0", Handler: "h",
+		FirstFailureAt: time.Unix(1700000000, 0).UTC(), LastFailureAt: time.Unix(1700000001, 0).UTC(),
+	}
+	m, err := marshaler{}.Marshal(rec.Message())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(m.MessageAttributes); n > MaxAttributes {
+		t.Fatalf("%d attributes, SQS allows %d", n, MaxAttributes)
+	}
+	packed := aws.ToString(m.MessageAttributes[AttrDeadLetterRecord].StringValue)
+	if !isText(packed) || !json.Valid([]byte(packed)) {
+		t.Fatalf("record attribute %q is not SQS text and JSON", packed)
+	}
+	msg, _ := marshaler{}.Unmarshal(received(m, "1"))
+	takeDelivery(msg.Metadata, "t", "u")
+	got, err := deadletter.FromMessage(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Payload = []byte(string(got.Payload))
+	if got.LastError != rec.LastError || got.Reason != rec.Reason || got.OriginalTopic != rec.OriginalTopic ||
+		!got.FirstFailureAt.Equal(rec.FirstFailureAt) || !maps.Equal(got.Metadata, rec.Metadata) || string(got.Payload) != string(rec.Payload) {
+		t.Fatalf("record read back %+v, want %+v", got, rec)
+	}
+}
+
+func TestMarshalRefusesWhatSQSWouldAlter(t *testing.T) {
+	for _, payload := range []string{"", "a\x00b", "\xff\xfe", "bad \uffff", "\x1b[0m"} {
+		_, err := marshaler{}.Marshal(message.NewMessage("u", []byte(payload)))
+		if !errors.Is(err, ErrPayloadNotText) {
+			t.Errorf("payload %q: %v, want ErrPayloadNotText", payload, err)
+		}
+	}
+	msg := message.NewMessage("u", []byte("ok"))
+	msg.Metadata.Set("k", "\xff")
+	if _, err := (marshaler{}).Marshal(msg); !errors.Is(err, ErrMetadataNotText) {
+		t.Errorf("metadata not UTF-8: %v, want ErrMetadataNotText", err)
+	}
+	for _, payload := range []string{"\t\r\n", "😀", "\ue000", "plain"} {
+		if _, err := (marshaler{}).Marshal(message.NewMessage("u", []byte(payload))); err != nil {
+			t.Errorf("payload %q refused: %v", payload, err)
+		}
+	}
+}
+
+// TestUnmarshalNeverFails: garbled packed attributes and missing system attributes become a
+// decode error and attempt defaults, never a failed delivery.
+func TestUnmarshalNeverFails(t *testing.T) {
+	m := &types.Message{
+		Body:      aws.String("raw"),
+		MessageId: aws.String("mid"),
+		MessageAttributes: map[string]types.MessageAttributeValue{
+			AttrMetadata:               stringAttr("{not json"),
+			"x":                        stringAttr("kept"),
+			"\x00millrace-sqs-receipt": stringAttr("forged"),
+		},
+	}
+	msg, err := marshaler{}.Unmarshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := takeDelivery(msg.Metadata, "t", "u")
+	if d.decodeErr == nil || !strings.Contains(d.decodeErr.Error(), AttrMetadata) {
+		t.Fatalf("decode error %v, want one naming %s", d.decodeErr, AttrMetadata)
+	}
+	if d.receiveCount != 0 || d.receipt != "" || msg.UUID != "mid" || msg.Metadata["x"] != "kept" {
+		t.Fatalf("delivery %+v uuid %q metadata %v", d, msg.UUID, msg.Metadata)
+	}
+	for k := range msg.Metadata {
+		if strings.HasPrefix(k, internalPrefix) {
+			t.Fatalf("internal key %q reached the handler", k)
+		}
+	}
+}
+
+func TestVisibilitySeconds(t *testing.T) {
+	cases := []struct {
+		delay, elapsed time.Duration
+		want           int32
+	}{
+		{time.Second, 0, 1},
+		{1500 * time.Millisecond, 0, 2}, // rounded up: never earlier than asked
+		{0, 0, 0},
+		{-time.Second, 0, 0},
+		{time.Minute, 10 * time.Second, 60},
+		{12 * time.Hour, 0, 43199},                 // 12 h from the receive, minus the margin
+		{12 * time.Hour, time.Hour, 39599},         // what is left of the 12 h
+		{time.Hour, 12*time.Hour + time.Second, 0}, // nothing left: visible at once
+	}
+	for _, c := range cases {
+		if got := visibilitySeconds(c.delay, c.elapsed); got != c.want {
+			t.Errorf("visibilitySeconds(%s, %s) = %d, want %d", c.delay, c.elapsed, got, c.want)
+		}
+	}
+}
