@@ -9,8 +9,8 @@ import (
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/deadletter"
-	"github.com/millrace/millrace/deadletter/internal/pgtest"
 	"github.com/millrace/millrace/deadletter/pgstore"
+	"github.com/millrace/millrace/deadletter/pgstore/pgtest"
 	"github.com/millrace/millrace/deadletter/storetest"
 )
 

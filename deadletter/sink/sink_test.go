@@ -16,8 +16,8 @@ import (
 	"github.com/millrace/millrace/adapters/memory"
 	"github.com/millrace/millrace/conformance"
 	"github.com/millrace/millrace/deadletter"
-	"github.com/millrace/millrace/deadletter/internal/pgtest"
 	"github.com/millrace/millrace/deadletter/pgstore"
+	"github.com/millrace/millrace/deadletter/pgstore/pgtest"
 	"github.com/millrace/millrace/deadletter/sink"
 	"github.com/millrace/millrace/router"
 )

@@ -1,5 +1,5 @@
-// Package pgtest connects the dead-letter tests to the local PostgreSQL and gives each test a
-// table of its own.
+// Package pgtest connects tests of the dead-letter table store to a PostgreSQL database
+// ($MILLRACE_POSTGRES_URL, default the local "test" database) and gives each test a table of its own.
 package pgtest
 
 import (

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/millrace/millrace/deadletter"
+)
+
+// replayItem is one dead letter selected for replay.
+type replayItem struct {
+	id, target string
+}
+
+// replay re-publishes dead letters to their original topic (or --to-topic) through a broker's
+// millrace adapter. A dead letter leaves the store only after its re-publish succeeded, so a
+// replay stopped half-way (error, Ctrl-C) loses nothing: what was not re-published is still in
+// the store. The worst case is the one in between: published, then the deletion failed; that
+// dead letter stays in the store and a second replay publishes it again (at-least-once).
+func (a *app) replay(ctx context.Context, args []string, sio stdio) error {
+	fs := newFlagSet("replay", sio.err)
+	var (
+		src                sourceFlags
+		ff                 filterFlags
+		all, keep, reset   bool
+		dryRun             bool
+		brokerURL, toTopic string
+		perSecond          float64
+	)
+	a.addSource(fs, &src)
+	addFilter(fs, &ff)
+	fs.BoolVar(&all, "all", false, "replay every dead letter of the source")
+	fs.BoolVar(&keep, "keep-history", false, "keep the millrace-* attempt headers and dead-letter keys: attempts go on counting")
+	fs.BoolVar(&reset, "reset-history", false, "remove every millrace-* key: the message starts again at attempt 1")
+	fs.BoolVar(&dryRun, "dry-run", false, "print what would be replayed; publish and delete nothing")
+	fs.StringVar(&brokerURL, "broker", a.getenv("MILLRACE_BROKER"), "broker to publish to (env MILLRACE_BROKER; default: the --store broker)")
+	fs.StringVar(&toTopic, "to-topic", "", "publish every dead letter to this topic instead of its original topic")
+	fs.Float64Var(&perSecond, "rate", 0, "most dead letters re-published per second (0 = no limit)")
+	ids, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	f, err := a.filter(ff)
+	if err != nil {
+		return err
+	}
+	switch {
+	case keep == reset:
+		return fmt.Errorf("replay needs exactly one of --keep-history or --reset-history: %w", errUsage)
+	case len(ids) > 0 && (!f.IsZero() || all):
+		return fmt.Errorf("replay takes IDs or a filter (or --all), not both: %w", errUsage)
+	case len(ids) == 0 && f.IsZero() && !all:
+		return fmt.Errorf("replay needs IDs, a filter (--topic, --reason, --since, --until) or --all: %w", errUsage)
+	case perSecond < 0:
+		return fmt.Errorf("--rate %v: must not be negative: %w", perSecond, errUsage)
+	}
+	history := deadletter.ResetHistory
+	if keep {
+		history = deadletter.KeepHistory
+	}
+	store, closeStore, err := a.openStore(ctx, src, f.Topic)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	if brokerURL == "" && !isTableStore(src.store) {
+		brokerURL = src.store // a broker's dead letters go back to the same broker
+	}
+	var broker Broker
+	switch {
+	case brokerURL != "":
+		if broker, err = a.openBroker(ctx, brokerURL); err != nil {
+			return err
+		}
+		defer broker.Close()
+	case !dryRun:
+		return fmt.Errorf("replay needs --broker URL (or MILLRACE_BROKER): where to publish: %w", errUsage)
+	}
+
+	items, err := selectForReplay(ctx, store, ids, f, toTopic)
+	if err != nil {
+		return err
+	}
+	targets := map[string]int{}
+	for _, it := range items {
+		targets[it.target]++
+	}
+	if broker != nil {
+		for _, t := range slices.Sorted(maps.Keys(targets)) {
+			ok, err := broker.TopicExists(ctx, t)
+			if err != nil {
+				return fmt.Errorf("replay target %q: %w", t, err)
+			}
+			if !ok {
+				return fmt.Errorf("replay target %q does not exist on %s; nothing replayed", t, redact(brokerURL))
+			}
+		}
+	}
+	if dryRun {
+		fmt.Fprintf(sio.out, "dry run: would replay %d dead letters (history %s):\n", len(items), history)
+		for _, t := range slices.Sorted(maps.Keys(targets)) {
+			fmt.Fprintf(sio.out, "  %d -> %s\n", targets[t], t)
+		}
+		fmt.Fprintln(sio.out, "nothing was published or deleted")
+		return nil
+	}
+	return a.runReplay(ctx, sio, store, broker, items, history, perSecond)
+}
+
+// selectForReplay resolves the selection before anything is published: every ID must exist,
+// and every dead letter must have a target.
+func selectForReplay(ctx context.Context, store deadletter.Store, ids []string, f deadletter.Filter, toTopic string) ([]replayItem, error) {
+	var items []replayItem
+	add := func(e deadletter.Entry) error {
+		t := toTopic
+		if t == "" {
+			t = e.Record.OriginalTopic
+		}
+		if t == "" {
+			return fmt.Errorf("dead letter %s has no original topic; name one with --to-topic", e.ID)
+		}
+		items = append(items, replayItem{id: e.ID, target: t})
+		return nil
+	}
+	if len(ids) > 0 {
+		for _, id := range ids {
+			e, err := store.Get(ctx, id)
+			if err != nil {
+				return nil, fmt.Errorf("%w; nothing replayed", err)
+			}
+			if err := add(e); err != nil {
+				return nil, err
+			}
+		}
+		return items, nil
+	}
+	page := deadletter.Page{Limit: deadletter.MaxPageLimit}
+	for {
+		entries, next, err := store.List(ctx, f, page)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if err := add(e); err != nil {
+				return nil, err
+			}
+		}
+		if next == "" {
+			return items, nil
+		}
+		page.After = next
+	}
+}
+
+// runReplay publishes then deletes each item, in order, at most perSecond a second.
+func (a *app) runReplay(ctx context.Context, sio stdio, store deadletter.Store, broker Broker, items []replayItem, history deadletter.History, perSecond float64) error {
+	limiter := rate.NewLimiter(rate.Inf, 1)
+	if perSecond > 0 {
+		limiter = rate.NewLimiter(rate.Limit(perSecond), 1)
+	}
+	bar := newProgress(sio.out, a.isTerminal(sio.out), "replay", len(items), a.now)
+	pub := broker.Publisher()
+	var replayed, gone int
+	stopped := func(err error) error {
+		bar.finish()
+		return fmt.Errorf("replay stopped after %d of %d (%d already gone): %w; the rest are still in the store", replayed, len(items), gone, err)
+	}
+	for _, it := range items {
+		if err := limiter.Wait(ctx); err != nil {
+			return stopped(context.Cause(ctx))
+		}
+		if err := ctx.Err(); err != nil {
+			return stopped(err)
+		}
+		e, err := store.Get(ctx, it.id)
+		if errors.Is(err, deadletter.ErrNotFound) {
+			gone++ // replayed or purged by someone else since the selection
+			bar.add(1)
+			continue
+		}
+		if err != nil {
+			return stopped(err)
+		}
+		if err := pub.Publish(it.target, deadletter.ReplayMessage(e.Record, history)); err != nil {
+			return stopped(fmt.Errorf("publish %s to %q: %w", it.id, it.target, err))
+		}
+		// The message is out: delete its dead letter even if Ctrl-C arrives right now, or the
+		// next replay would publish it again.
+		delCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		err = store.Delete(delCtx, it.id)
+		cancel()
+		if err != nil && !errors.Is(err, deadletter.ErrNotFound) {
+			replayed++
+			return stopped(fmt.Errorf("dead letter %s was re-published but not deleted (a later replay publishes it again): %w", it.id, err))
+		}
+		replayed++
+		bar.add(1)
+	}
+	bar.finish()
+	fmt.Fprintf(sio.out, "replayed %d of %d dead letters (history %s)", replayed, len(items), history)
+	if gone > 0 {
+		fmt.Fprintf(sio.out, "; %d were already gone", gone)
+	}
+	fmt.Fprintln(sio.out)
+	return nil
+}
+
+// isTableStore reports whether a --store URL names the PostgreSQL table store.
+func isTableStore(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && (strings.EqualFold(u.Scheme, "postgres") || strings.EqualFold(u.Scheme, "postgresql"))
+}
