@@ -34,8 +34,6 @@ type Adapter struct {
 	groups     map[string]struct{}   // streams whose group this adapter created or found
 	closed     bool
 	closing    chan struct{}
-	closeCtx   context.Context // cancelled by Close, with closing
-	closeStop  context.CancelFunc
 	subs       map[*subscription]struct{}
 	bg         sync.WaitGroup // acker, subscription loops and their clean-ups
 	nextSub    atomic.Uint64
@@ -68,7 +66,6 @@ func New(cfg Config) (*Adapter, error) {
 		subs:       map[*subscription]struct{}{},
 		scripts:    newScripts(),
 	}
-	a.closeCtx, a.closeStop = context.WithCancel(context.Background())
 	if a.client == nil {
 		opts, err := redis.ParseURL(cfg.URL)
 		if err != nil {
@@ -198,7 +195,6 @@ func (a *Adapter) Close() error {
 		s.stop()
 	}
 	close(a.closing) // after the loops: they flush their clean-up against a live acker
-	a.closeStop()
 	a.bg.Wait()
 	var err error
 	if a.ownClient {

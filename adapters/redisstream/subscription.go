@@ -31,11 +31,12 @@ type subscription struct {
 
 	ctx    context.Context // cancelled by stop: ends the loop
 	cancel context.CancelFunc
-	// msgCtx is the messages' context: it keeps the Subscribe context's values but is cancelled
-	// only when the adapter closes, so that handlers in flight finish after a subscriber Close.
-	msgCtx    context.Context
-	msgCancel context.CancelFunc
-	stopMsgs  func() bool
+	// msgCtx is the messages' context: it keeps the Subscribe context's values but is never
+	// cancelled, so that handlers in flight finish after a subscriber Close (the router waits for
+	// them up to its CloseTimeout; the router budget bounds each). Having no Done channel also
+	// spares every per-message context derived from it (the budget deadline) the registration
+	// with one shared parent, a contended lock at high rates.
+	msgCtx context.Context
 
 	inflight atomic.Int64
 	freed    chan struct{} // a token after each ack or nack
@@ -66,8 +67,7 @@ func newSubscription(parent context.Context, a *Adapter, stream string) *subscri
 		cursor:   "-",
 	}
 	s.ctx, s.cancel = context.WithCancel(parent)
-	s.msgCtx, s.msgCancel = context.WithCancel(context.WithoutCancel(parent))
-	s.stopMsgs = context.AfterFunc(a.closeCtx, s.msgCancel)
+	s.msgCtx = context.WithoutCancel(parent)
 	return s
 }
 
@@ -239,8 +239,6 @@ func (s *subscription) giveBack() {
 // leaving them would grow the group forever). A consumer that still holds entries stays: its
 // entries are reclaimed by the others, and removing it would drop them from the PEL.
 func (s *subscription) cleanup() {
-	defer s.msgCancel()
-	defer s.stopMsgs()
 	for s.inflight.Load() > 0 {
 		select {
 		case <-s.freed:
