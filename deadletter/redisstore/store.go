@@ -1,0 +1,264 @@
+// Package redisstore reads and writes a Redis Streams dead-letter stream (the one
+// adapters/redisstream writes, "<stream>.dlq" by default) as a deadletter.Store, so that
+// `millrace dlq` lists, shows, replays and purges it like the table store.
+//
+// Entry IDs are the stream entry IDs. Get is XRANGE id id, List pages with XRANGE from an
+// exclusive start and filters in Go (a stream has no secondary index), Delete is XDEL. Entries
+// have watermill-redisstream's layout (UUID, raw payload, msgpack metadata) plus the record's
+// millrace-dlq-* fields, exactly as adapters/redisstream's DeadLetter writes them.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	wmredis "github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/millrace/millrace/deadletter"
+)
+
+// Store is one dead-letter stream. It is safe for concurrent use.
+type Store struct {
+	client redis.UniversalClient
+	stream string
+	owned  bool
+}
+
+var _ deadletter.Store = (*Store)(nil)
+
+// New returns a store on stream; Close leaves client open.
+func New(client redis.UniversalClient, stream string) (*Store, error) {
+	if client == nil || stream == "" {
+		return nil, errors.New("redisstore: a client and a stream name are required")
+	}
+	return &Store{client: client, stream: stream}, nil
+}
+
+// Open connects to the Redis at url (redis:// or rediss://), checks it with PING, and returns a
+// store on stream that closes its connection on Close.
+func Open(ctx context.Context, url, stream string) (*Store, error) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	c := redis.NewClient(opts)
+	if err := c.Ping(ctx).Err(); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("redisstore: connect: %w", err)
+	}
+	s, err := New(c, stream)
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	s.owned = true
+	return s, nil
+}
+
+// Stream returns the stream's key.
+func (s *Store) Stream() string { return s.stream }
+
+// Close closes the connection Open created.
+func (s *Store) Close() error {
+	if s.owned {
+		return s.client.Close()
+	}
+	return nil
+}
+
+// marshaller is watermill-redisstream's, as adapters/redisstream uses it.
+var marshaller = wmredis.DefaultMarshallerUnmarshaller{}
+
+// Put appends rec as adapters/redisstream's DeadLetter would. A stream cannot look a delivery
+// up, so writing the same record twice stores it twice.
+func (s *Store) Put(ctx context.Context, rec deadletter.Record) (string, error) {
+	if !rec.Reason.Valid() {
+		return "", fmt.Errorf("redisstore: put: reason %q is not discarded, exhausted or malformed", rec.Reason)
+	}
+	orig := message.NewMessage(rec.UUID, rec.Payload)
+	for k, v := range rec.Metadata {
+		orig.Metadata[k] = v
+	}
+	fields, err := marshaller.Marshal(s.stream, orig)
+	if err != nil {
+		return "", fmt.Errorf("redisstore: put: %w", err)
+	}
+	for k, v := range rec.Fields() {
+		fields[k] = v
+	}
+	id, err := s.client.XAdd(ctx, &redis.XAddArgs{Stream: s.stream, Values: fields}).Result()
+	if err != nil {
+		return "", fmt.Errorf("redisstore: put to %s: %w", s.stream, err)
+	}
+	return id, nil
+}
+
+// Get returns the entry with id.
+func (s *Store) Get(ctx context.Context, id string) (deadletter.Entry, error) {
+	if err := checkID(id); err != nil {
+		return deadletter.Entry{}, err
+	}
+	msgs, err := s.client.XRange(ctx, s.stream, id, id).Result()
+	if err != nil {
+		return deadletter.Entry{}, s.wrap("get "+id, err)
+	}
+	if len(msgs) == 0 {
+		return deadletter.Entry{}, fmt.Errorf("%w: %s in %s", deadletter.ErrNotFound, id, s.stream)
+	}
+	return decode(msgs[0]), nil
+}
+
+// scanBatch is how many entries one XRANGE reads while filtering.
+const scanBatch = 500
+
+// List returns up to page.Limit entries matching f after page.After, in stream order.
+func (s *Store) List(ctx context.Context, f deadletter.Filter, page deadletter.Page) ([]deadletter.Entry, string, error) {
+	if err := f.Validate(); err != nil {
+		return nil, "", err
+	}
+	limit := page.EffectiveLimit()
+	start := "-"
+	if page.After != "" {
+		if err := checkID(page.After); err != nil {
+			return nil, "", err
+		}
+		start = "(" + page.After
+	}
+	var out []deadletter.Entry
+	for {
+		msgs, err := s.client.XRangeN(ctx, s.stream, start, "+", scanBatch).Result()
+		if err != nil {
+			return nil, "", s.wrap("list", err)
+		}
+		for _, m := range msgs {
+			e := decode(m)
+			if !f.Match(e.Record) {
+				continue
+			}
+			if len(out) == limit { // one more match: a next page exists
+				return out, out[limit-1].ID, nil
+			}
+			out = append(out, e)
+		}
+		if len(msgs) < scanBatch {
+			return out, "", nil
+		}
+		start = "(" + msgs[len(msgs)-1].ID
+	}
+}
+
+// Count returns the number of entries matching f: XLEN without a filter, a scan with one.
+func (s *Store) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
+	if err := f.Validate(); err != nil {
+		return 0, err
+	}
+	if f.IsZero() {
+		n, err := s.client.XLen(ctx, s.stream).Result()
+		if err != nil {
+			return 0, s.wrap("count", err)
+		}
+		return n, nil
+	}
+	var n int64
+	start := "-"
+	for {
+		msgs, err := s.client.XRangeN(ctx, s.stream, start, "+", scanBatch).Result()
+		if err != nil {
+			return 0, s.wrap("count", err)
+		}
+		for _, m := range msgs {
+			if f.Match(decode(m).Record) {
+				n++
+			}
+		}
+		if len(msgs) < scanBatch {
+			return n, nil
+		}
+		start = "(" + msgs[len(msgs)-1].ID
+	}
+}
+
+// Delete removes the entry with id (XDEL).
+func (s *Store) Delete(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	n, err := s.client.XDel(ctx, s.stream, id).Result()
+	if err != nil {
+		return s.wrap("delete "+id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %s in %s", deadletter.ErrNotFound, id, s.stream)
+	}
+	return nil
+}
+
+func (s *Store) wrap(op string, err error) error {
+	if strings.Contains(err.Error(), "WRONGTYPE") {
+		return fmt.Errorf("redisstore: %s: key %s is not a stream: %w", op, s.stream, err)
+	}
+	return fmt.Errorf("redisstore: %s on %s: %w", op, s.stream, err)
+}
+
+// checkID accepts stream entry IDs: "<ms>-<seq>", both decimal.
+func checkID(id string) error {
+	ms, seq, ok := strings.Cut(id, "-")
+	if ok {
+		_, err1 := strconv.ParseUint(ms, 10, 64)
+		_, err2 := strconv.ParseUint(seq, 10, 64)
+		if err1 == nil && err2 == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %q is not a stream entry id (<ms>-<seq>)", deadletter.ErrInvalidID, id)
+}
+
+// decode turns a dead-letter entry into an Entry. An entry that carries no valid record (written
+// by something else) is still returned, with an empty Reason and the decode error as LastError,
+// so an operator can see and purge it.
+func decode(m redis.XMessage) deadletter.Entry {
+	e := deadletter.Entry{ID: m.ID, StoredAt: idTime(m.ID)}
+	text := map[string]any{}
+	for k, v := range m.Values {
+		if s, ok := v.(string); ok {
+			text[k] = s
+		}
+	}
+	msg, err := marshaller.Unmarshal(text)
+	if err != nil || msg == nil {
+		payload, _ := text["payload"].(string)
+		uuid, _ := text[wmredis.UUIDHeaderKey].(string)
+		msg = message.NewMessage(uuid, []byte(payload))
+	}
+	if msg.Metadata == nil {
+		msg.Metadata = message.Metadata{}
+	}
+	for k, v := range text {
+		if strings.HasPrefix(k, deadletter.KeyPrefix) {
+			msg.Metadata.Set(k, v.(string))
+		}
+	}
+	rec, err := deadletter.FromMessage(msg)
+	if err != nil {
+		e.Record = deadletter.Record{UUID: msg.UUID, Payload: msg.Payload, Metadata: msg.Metadata, LastError: "not a millrace dead letter: " + err.Error()}
+		return e
+	}
+	e.Record = rec
+	return e
+}
+
+// idTime is the time in a stream entry ID: when the entry was appended.
+func idTime(id string) time.Time {
+	ms, _, _ := strings.Cut(id, "-")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(n)
+}
