@@ -23,6 +23,7 @@ type PostgresDB interface {
 
 // PostgresOptions configures a PostgresStore. The zero value is valid.
 type PostgresOptions struct {
+	// StoreOptions are the prefix and sent TTL every store shares.
 	StoreOptions
 	// Table names the lease table; default "millrace_idempotency". The sent table is
 	// Table + "_sent". It must match ^[a-z_][a-z0-9_]{0,50}$.
@@ -156,9 +157,6 @@ func (s *PostgresStore) DeleteExpired(ctx context.Context) (int64, error) {
 }
 
 func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
-
-// claimRounds bounds how often Claim re-reads a lease that vanished between its two statements.
-const claimRounds = 8
 
 // Claim implements Store: an INSERT that takes over only an expired row; when it takes nothing,
 // a read of the live row tells Done from Busy.

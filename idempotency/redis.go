@@ -10,9 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RedisStore is the Store of the field report on Redis 7.0 or newer (go-redis v9). Claim is one
-// SET NX PX GET; Complete, Release and MarkSent are one Lua script each. The happy path of a
-// message is therefore two round trips. Create it with NewRedisStore.
+// RedisStore is the Store of the field report on Redis (go-redis v9). Claim is one SET NX PX
+// (plus a GET when the key is held); Complete, Release and MarkSent are one Lua script each.
+// The happy path of a message is therefore two round trips. Create it with NewRedisStore.
 type RedisStore struct {
 	client  redis.UniversalClient
 	opts    StoreOptions
@@ -50,32 +50,47 @@ func millis(d time.Duration) string {
 	return strconv.FormatInt(int64(max(ms, 1)), 10)
 }
 
-// claimResult maps the old value returned by SET NX GET to a ClaimResult.
-func claimResult(old string, err error) (ClaimResult, error) {
-	switch {
-	case errors.Is(err, redis.Nil):
-		return Acquired, nil
-	case err != nil:
-		return 0, err
-	case old == DoneValue:
-		return Done, nil
-	default:
-		return Busy, nil
+// heldResult maps the value of a lease record that SET NX could not replace.
+func heldResult(v string) ClaimResult {
+	if v == DoneValue {
+		return Done
 	}
+	return Busy
 }
 
-// Claim implements Store with SET key owner PX ttl NX GET: one round trip that also tells a
-// finished message from a busy one.
+// Claim implements Store with SET key owner PX ttl NX: one round trip when the claim succeeds
+// (the happy path, whose reply is a plain OK), plus one GET to tell Done from Busy when it does
+// not.
 func (s *RedisStore) Claim(ctx context.Context, key, owner string, leaseTTL time.Duration) (ClaimResult, error) {
 	if err := checkClaim(key, owner, leaseTTL); err != nil {
 		return 0, err
 	}
-	return claimResult(s.client.Do(ctx, "set", s.opts.processedKey(key), owner, "px", millis(leaseTTL), "nx", "get").Text())
+	name, ms := s.opts.processedKey(key), millis(leaseTTL)
+	for range claimRounds {
+		err := s.client.Do(ctx, "set", name, owner, "px", ms, "nx").Err()
+		if err == nil {
+			return Acquired, nil
+		}
+		if !errors.Is(err, redis.Nil) {
+			return 0, err
+		}
+		v, err := s.client.Get(ctx, name).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			continue // expired or released in between: try to take it again
+		case err != nil:
+			return 0, err
+		default:
+			return heldResult(v), nil
+		}
+	}
+	return 0, fmt.Errorf("idempotency: claim %q: lease kept changing hands", key)
 }
 
-// ClaimBatch claims every key for owner in one pipelined round trip and returns one result per
-// key, in order. One owner covers the whole batch; Complete and Release take it per key.
-// The error is the first command error, if any; results of failed commands are 0.
+// ClaimBatch claims every key for owner with one pipelined round trip of SET NX PX, plus one
+// pipelined GET round trip for the keys already held, and returns one result per key, in order.
+// One owner covers the whole batch; Complete and Release take it per key. On a command error
+// it returns that error and results of 0 for the keys it could not settle.
 func (s *RedisStore) ClaimBatch(ctx context.Context, keys []string, owner string, leaseTTL time.Duration) ([]ClaimResult, error) {
 	for _, k := range keys {
 		if err := checkClaim(k, owner, leaseTTL); err != nil {
@@ -83,22 +98,56 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, keys []string, owner string
 		}
 	}
 	ms := millis(leaseTTL)
-	pipe := s.client.Pipeline()
-	cmds := make([]*redis.Cmd, len(keys))
+	names := make([]string, len(keys))
+	pending := make([]int, len(keys))
 	for i, k := range keys {
-		cmds[i] = pipe.Do(ctx, "set", s.opts.processedKey(k), owner, "px", ms, "nx", "get")
+		names[i] = s.opts.processedKey(k)
+		pending[i] = i
 	}
-	_, _ = pipe.Exec(ctx) // per-command errors are read below; redis.Nil is a normal answer
 	out := make([]ClaimResult, len(keys))
-	var first error
-	for i, c := range cmds {
-		r, err := claimResult(c.Text())
-		if err != nil && first == nil {
-			first = err
+	cmds := make([]*redis.Cmd, len(keys))
+	for range claimRounds {
+		pipe := s.client.Pipeline()
+		for _, i := range pending {
+			cmds[i] = pipe.Do(ctx, "set", names[i], owner, "px", ms, "nx")
 		}
-		out[i] = r
+		_, _ = pipe.Exec(ctx) // per-command errors are read below; redis.Nil means "held"
+		held := pending[:0]
+		for _, i := range pending {
+			switch err := cmds[i].Err(); {
+			case err == nil:
+				out[i] = Acquired
+			case errors.Is(err, redis.Nil):
+				held = append(held, i)
+			default:
+				return out, err
+			}
+		}
+		if len(held) == 0 {
+			return out, nil
+		}
+		pipe = s.client.Pipeline()
+		gets := make([]*redis.StringCmd, len(held))
+		for j, i := range held {
+			gets[j] = pipe.Get(ctx, names[i])
+		}
+		_, _ = pipe.Exec(ctx)
+		pending = held[:0]
+		for j, i := range held {
+			switch v, err := gets[j].Result(); {
+			case err == nil:
+				out[i] = heldResult(v)
+			case errors.Is(err, redis.Nil):
+				pending = append(pending, i) // vanished in between: claim again
+			default:
+				return out, err
+			}
+		}
+		if len(pending) == 0 {
+			return out, nil
+		}
 	}
-	return out, first
+	return out, fmt.Errorf("idempotency: claim batch: %d leases kept changing hands", len(pending))
 }
 
 // ownerChecked maps a script's 0/1 answer to nil or ErrLeaseLost.

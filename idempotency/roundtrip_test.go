@@ -97,8 +97,8 @@ func TestRedisRoundTripsPerMessage(t *testing.T) {
 	if err := deliver(h, "m1", 2, 5); err != nil {
 		t.Fatal(err)
 	}
-	if got := rt.take(); !slices.Equal(got, []string{"set"}) {
-		t.Fatalf("duplicate round trips = %v, want 1: [set]", got)
+	if got := rt.take(); !slices.Equal(got, []string{"set", "get"}) {
+		t.Fatalf("duplicate round trips = %v, want 2: [set get] (claim refused, read DONE)", got)
 	}
 	h2 := m.Wrap(func(*message.Message) ([]*message.Message, error) { return nil, millrace.Retry(errors.New("503")) })
 	_ = deliver(h2, "m2", 1, 5)
@@ -129,8 +129,14 @@ func TestRedisClaimBatchOneRoundTrip(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("ClaimBatch = %v, want %v", got, want)
 	}
-	if trips := rt.take(); !slices.Equal(trips, []string{"pipeline:set,set,set"}) {
-		t.Fatalf("round trips %v, want one pipeline", trips)
+	if trips := rt.take(); !slices.Equal(trips, []string{"pipeline:set,set,set", "pipeline:get,get"}) {
+		t.Fatalf("round trips %v, want a SET pipeline and a GET pipeline for the held keys", trips)
+	}
+	if _, err := store.ClaimBatch(ctx, []string{"f1", "f2"}, "batch-owner", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if trips := rt.take(); !slices.Equal(trips, []string{"pipeline:set,set"}) {
+		t.Fatalf("round trips %v, want one pipeline when every key is free", trips)
 	}
 	if err := store.Complete(ctx, "fresh", "batch-owner", time.Minute); err != nil {
 		t.Fatalf("Complete of a batch-claimed key: %v", err)

@@ -45,6 +45,10 @@ const DefaultPrefix = "millrace:"
 // 7 days, the field report's done TTL.
 const DefaultSentTTL = 7 * 24 * time.Hour
 
+// claimRounds bounds how often a Claim retries a lease that vanished between its write attempt
+// and its read (Redis SET NX then GET, PostgreSQL INSERT then SELECT).
+const claimRounds = 8
+
 // Store keeps idempotency leases and per-recipient fan-out progress. Implementations are safe
 // for concurrent use; their expiry semantics are those of Redis keys with a TTL.
 type Store interface {

@@ -45,6 +45,17 @@ func RunStoreTests(t *testing.T, newStore NewStore) {
 		{name: "InvalidArguments", run: testInvalidArguments},
 		{name: "KeysAreIndependent", run: testKeysIndependent},
 	}
+	t.Run("PrefixesAreIndependent", func(t *testing.T) {
+		t.Parallel()
+		a := newStore(t, idempotency.StoreOptions{Prefix: testenv.Prefix(t) + "a:"})
+		b := newStore(t, idempotency.StoreOptions{Prefix: testenv.Prefix(t) + "b:"})
+		mustClaim(t, a, "m1", "owner-a", long, idempotency.Acquired)
+		wantErr(t, "MarkSent in a", a.MarkSent(ctx(t), "m1", "owner-a", "r"), nil)
+		mustClaim(t, b, "m1", "owner-b", long, idempotency.Acquired)
+		wantSent(t, b, "m1", "r", false)
+		wantErr(t, "Complete in a", a.Complete(ctx(t), "m1", "owner-a", long), nil)
+		wantErr(t, "Complete in b", b.Complete(ctx(t), "m1", "owner-b", long), nil)
+	})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

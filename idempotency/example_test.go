@@ -1,0 +1,54 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/idempotency"
+)
+
+// A push-notification handler guarded by the lease, sending to each device at most once.
+// In production the store is idempotency.NewRedisStore(client, idempotency.StoreOptions{Prefix:
+// "notification:"}) and Wrap is added with router.AddMiddleware(mw.Wrap).
+func Example() {
+	store, _ := idempotency.NewMemoryStore(idempotency.StoreOptions{})
+	mw, err := idempotency.New(idempotency.Config{
+		Store:  store,
+		Policy: millrace.RetryPolicy{MaxAttempts: 5, Backoff: millrace.Fixed(time.Minute)},
+		// LeaseTTL 2 min, Budget 104 s, SendCutoff 10 s, DoneTTL 7 days: the defaults.
+	})
+	if err != nil {
+		panic(err)
+	}
+	down := true
+	send := func(_ context.Context, device string) error {
+		if device == "tablet" && down {
+			return millrace.Retry(errors.New("provider 503"))
+		}
+		fmt.Println("sent to", device)
+		return nil
+	}
+	handler := mw.Wrap(func(msg *message.Message) ([]*message.Message, error) {
+		lease, _ := idempotency.LeaseFrom(msg.Context())
+		return nil, idempotency.FanOut(msg.Context(), lease, []string{"phone", "tablet"}, send)
+	})
+
+	_, err = handler(message.NewMessage("msg-1", nil))
+	fmt.Println("attempt 1:", millrace.Classify(err, nil).Outcome)
+	down = false
+	_, err = handler(message.NewMessage("msg-1", nil))
+	fmt.Println("attempt 2:", err)
+	_, err = handler(message.NewMessage("msg-1", nil))
+	fmt.Println("redelivery:", err, "duplicates:", mw.Stats().Duplicates)
+	// Output:
+	// sent to phone
+	// attempt 1: RETRY
+	// sent to tablet
+	// attempt 2: <nil>
+	// redelivery: <nil> duplicates: 1
+}
