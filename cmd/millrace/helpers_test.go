@@ -104,6 +104,9 @@ func newCLI(t *testing.T, table string, b *memBroker) *cli {
 		isTerminal: func(io.Writer) bool { return c.tty },
 		now:        time.Now,
 	}
+	for scheme, open := range defaultBrokers() {
+		c.app.brokers[scheme] = open
+	}
 	return c
 }
 

@@ -41,7 +41,10 @@ var errUsage = errors.New("usage")
 // defaultBrokers is the registry of URL schemes this build knows: one opener per adapter that
 // has landed, each in a broker_<name>.go file of this command.
 func defaultBrokers() map[string]BrokerOpener {
-	return map[string]BrokerOpener{}
+	return map[string]BrokerOpener{
+		"redis":  openRedis,
+		"rediss": openRedis,
+	}
 }
 
 // schemes lists the known schemes, sorted, for error messages.
