@@ -29,6 +29,9 @@ func deliveryFrom(ctx context.Context) *delivery {
 	return d
 }
 
+// retryHeaders are the millrace headers decodeAttempt reads.
+var retryHeaders = []string{millrace.HeaderAttempt, millrace.HeaderFirstAttemptAt, millrace.HeaderLastError}
+
 // decodeAttempt computes the Attempt of a delivery from queue.
 //
 // Number = base + rejections + returns, where
@@ -40,9 +43,12 @@ func deliveryFrom(ctx context.Context) *delivery {
 //
 // NativeCount is 1 + rejections + returns: what the broker counted for this copy.
 func decodeAttempt(queue string, d amqp091.Delivery) millrace.Attempt {
-	md := make(message.Metadata, 6)
-	for _, k := range []string{millrace.HeaderAttempt, millrace.HeaderFirstAttemptAt, millrace.HeaderLastError} {
+	var md message.Metadata // only a millrace republish carries these headers
+	for _, k := range retryHeaders {
 		if v, ok := d.Headers[k].(string); ok {
+			if md == nil {
+				md = make(message.Metadata, len(retryHeaders))
+			}
 			md[k] = v
 		}
 	}

@@ -1,0 +1,181 @@
+package amqp_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/adapters/amqp"
+	"github.com/millrace/millrace/internal/testenv"
+	"github.com/millrace/millrace/router"
+)
+
+// benchPrefetch is the prefetch both consumers use, so they differ only in the code under test.
+const benchPrefetch = 10
+
+// BenchmarkHappyPath compares, on the same broker and in one run, the happy-path consume
+// throughput of a millrace router (full middleware stack, millrace subscriber) with a bare
+// watermill-amqp subscriber behind a plain Watermill router. Both read pre-published messages
+// from a durable classic queue with prefetch 10 and ack each from a no-op handler. The two
+// alternate in rounds of benchRound messages, so load from other processes on the machine hits
+// both alike; b.N messages go through each. Metrics: millrace-msgs/s, watermill-msgs/s and
+// ratio-% (millrace / watermill-amqp).
+//
+//	go test ./adapters/amqp/ -run '^$' -bench HappyPath -benchtime 40000x
+func BenchmarkHappyPath(b *testing.B) {
+	ctx := context.Background()
+	mTopic, wTopic := uniqueTopic("bench.millrace"), uniqueTopic("bench.bare")
+	a := newAdapter(ctx, b, amqp.Config{Prefetch: benchPrefetch, Logger: quietLogger()})
+	policy := millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(time.Second)}
+	if err := a.Provision(ctx, mTopic, policy); err != nil {
+		b.Fatal(err)
+	}
+	cfg := wamqp.NewDurableQueueConfig(brokerURL())
+	cfg.Consume.Qos.PrefetchCount = benchPrefetch
+	logger := watermill.NewSlogLogger(quietLogger())
+	sub, err := wamqp.NewSubscriber(cfg, logger)
+	if err != nil {
+		testenv.Unreachable(b, "RabbitMQ", brokerURL(), envURL, err)
+	}
+	defer sub.Close()
+	if err := sub.SubscribeInitialize(wTopic); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { deleteAll(b, [][2]string{{"queue", wTopic}}) })
+
+	millraceRound := func(n int) time.Duration {
+		r, err := router.New(router.Config{Adapter: a, Policy: policy, Logger: quietLogger()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c := countTo(n, make(chan struct{}))
+		r.HandleMessage("bench", mTopic, c.handle)
+		return measure(b, c, r.Run, r.Close)
+	}
+	bareRound := func(n int) time.Duration {
+		r, err := message.NewRouter(message.RouterConfig{}, logger)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c := countTo(n, make(chan struct{}))
+		r.AddConsumerHandler("bench", wTopic, sub, c.handle)
+		return measure(b, c, r.Run, r.Close)
+	}
+
+	b.StopTimer()
+	var mTime, wTime time.Duration
+	for round, left := 0, b.N; left > 0; round, left = round+1, left-benchRound {
+		n := min(left, benchRound)
+		prefill(b, mTopic, n)
+		prefill(b, wTopic, n)
+		b.StartTimer()
+		if round%2 == 0 { // alternate who goes first, so neither always follows the prefill
+			mTime += millraceRound(n)
+			wTime += bareRound(n)
+		} else {
+			wTime += bareRound(n)
+			mTime += millraceRound(n)
+		}
+		b.StopTimer()
+	}
+	rounds := (b.N + benchRound - 1) / benchRound
+	timed := float64(b.N - rounds) // each round times the messages after its first
+	mRate, wRate := timed/mTime.Seconds(), timed/wTime.Seconds()
+	b.ReportMetric(mRate, "millrace-msgs/s")
+	b.ReportMetric(wRate, "watermill-msgs/s")
+	b.ReportMetric(100*mRate/wRate, "ratio-%")
+}
+
+// benchRound is how many messages each consumer reads before the other takes its turn.
+const benchRound = 5000
+
+// counter is a no-op handler that records when the first message arrived and closes done at
+// the n-th, so a round measures steady consumption, not router start-up (millrace provisions
+// its topology on Run, watermill-amqp declares its queue on Subscribe).
+type counter struct {
+	n       int64
+	handled atomic.Int64
+	first   atomic.Int64 // UnixNano of the first message
+	done    chan struct{}
+}
+
+func countTo(n int, done chan struct{}) *counter { return &counter{n: int64(n), done: done} }
+
+func (c *counter) handle(*message.Message) error {
+	k := c.handled.Add(1)
+	if k == 1 {
+		c.first.Store(time.Now().UnixNano())
+	}
+	if k == c.n {
+		close(c.done)
+	}
+	return nil
+}
+
+// measure runs a router until c has seen its n messages and returns the time from the first
+// message to the last.
+func measure(b *testing.B, c *counter, run func(context.Context) error, stop func() error) time.Duration {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- run(ctx) }()
+	select {
+	case <-c.done:
+	case err := <-stopped:
+		b.Fatalf("router stopped: %v", err)
+	case <-time.After(5 * time.Minute):
+		b.Fatal("timed out")
+	}
+	elapsed := time.Since(time.Unix(0, c.first.Load()))
+	cancel()
+	_ = stop()
+	<-stopped
+	return elapsed
+}
+
+// prefill publishes n persistent 128-byte messages to queue through the default exchange, with
+// only string headers so the bare watermill-amqp marshaler accepts them.
+func prefill(b *testing.B, queue string, n int) {
+	b.Helper()
+	conn, err := amqp091.Dial(brokerURL())
+	if err != nil {
+		testenv.Unreachable(b, "RabbitMQ", brokerURL(), envURL, err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		b.Fatal(err)
+	}
+	body := make([]byte, 128)
+	for i := range body {
+		body[i] = 'a' + byte(i%26)
+	}
+	var last *amqp091.DeferredConfirmation
+	for i := range n {
+		last, err = ch.PublishWithDeferredConfirm("", queue, false, false, amqp091.Publishing{
+			Body: body, DeliveryMode: amqp091.Persistent,
+			Headers: amqp091.Table{wamqp.DefaultMessageUUIDHeaderKey: "bench-" + strconv.Itoa(i)},
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if last != nil && !last.Wait() {
+		b.Fatal("prefill not confirmed")
+	}
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
