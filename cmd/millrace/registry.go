@@ -31,6 +31,12 @@ type Broker interface {
 // BrokerOpener connects to the broker at u; it fails when the broker cannot be reached.
 type BrokerOpener func(ctx context.Context, u *url.URL) (Broker, error)
 
+// replayPreparer is a Broker that adjusts a replayed message for its broker (RabbitMQ restores
+// the original routing key).
+type replayPreparer interface {
+	prepareReplay(rec deadletter.Record, msg *message.Message)
+}
+
 // errNoDeadLetterStore is wrapped by Broker.DeadLetters when the broker's destination cannot be
 // read as a store by this build.
 var errNoDeadLetterStore = errors.New("this broker's dead-letter destination cannot be read by millrace yet")
@@ -44,6 +50,8 @@ func defaultBrokers() map[string]BrokerOpener {
 	return map[string]BrokerOpener{
 		"redis":  openRedis,
 		"rediss": openRedis,
+		"amqp":   openAMQP,
+		"amqps":  openAMQP,
 	}
 }
 

@@ -189,7 +189,11 @@ func (a *app) runReplay(ctx context.Context, sio stdio, store deadletter.Store, 
 		if err != nil {
 			return stopped(err)
 		}
-		if err := pub.Publish(it.target, deadletter.ReplayMessage(e.Record, history)); err != nil {
+		msg := deadletter.ReplayMessage(e.Record, history)
+		if p, ok := broker.(replayPreparer); ok {
+			p.prepareReplay(e.Record, msg)
+		}
+		if err := pub.Publish(it.target, msg); err != nil {
 			return stopped(fmt.Errorf("publish %s to %q: %w", it.id, it.target, err))
 		}
 		// The message is out: delete its dead letter even if Ctrl-C arrives right now, or the
