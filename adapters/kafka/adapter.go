@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
@@ -33,6 +34,8 @@ type Adapter struct {
 	closed  bool
 	closing chan struct{}
 	subs    sync.WaitGroup
+
+	sessions atomic.Int64 // group sessions started by this adapter's subscriptions
 }
 
 var _ millrace.Adapter = (*Adapter)(nil)

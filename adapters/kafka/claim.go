@@ -30,6 +30,7 @@ func newGroupHandler(sub *subscription, tiers map[string]time.Duration) *groupHa
 // acknowledged, one commit at a time, so acknowledgements arriving during a commit share the
 // next one.
 func (h *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
+	h.sub.a.sessions.Add(1)
 	go func() {
 		defer close(h.stopped)
 		for {

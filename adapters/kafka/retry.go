@@ -43,10 +43,14 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 	var key []byte
 	if fromSub {
 		key = d.Key
-		// The first retry records where the message came from; later copies carry it on.
-		if !d.fromRetryTopic && cp.Metadata.Get(HeaderOriginalOffset) == "" {
-			cp.Metadata.Set(HeaderOriginalPartition, strconv.FormatInt(int64(d.Partition), 10))
-			cp.Metadata.Set(HeaderOriginalOffset, strconv.FormatInt(d.Offset, 10))
+		// The first retry records where the message came from (Spring's origin if it has one,
+		// else this source record); later copies carry it on.
+		if cp.Metadata.Get(HeaderOriginalOffset) == "" {
+			if o, ok := OriginFromMetadata(msg.Metadata); ok {
+				setOrigin(cp.Metadata, o)
+			} else if !d.fromRetryTopic {
+				setOrigin(cp.Metadata, Origin{Topic: next.OriginalTopic, Partition: d.Partition, Offset: d.Offset})
+			}
 		}
 	}
 	cp.SetContext(context.WithValue(ctx, recordKey{}, key))
@@ -72,4 +76,11 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 		return fmt.Errorf("kafka: publish dead letter to %q: %w", topic, err)
 	}
 	return nil
+}
+
+// setOrigin writes o as millrace's origin headers.
+func setOrigin(md message.Metadata, o Origin) {
+	md.Set(millrace.HeaderOriginalTopic, o.Topic)
+	md.Set(HeaderOriginalPartition, strconv.FormatInt(int64(o.Partition), 10))
+	md.Set(HeaderOriginalOffset, strconv.FormatInt(o.Offset, 10))
 }

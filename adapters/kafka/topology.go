@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -198,24 +199,34 @@ func (a *Adapter) tierFor(source string, d time.Duration) (tier, error) {
 	return tiers[len(tiers)-1], nil
 }
 
-// retryTopics returns the retry topics a subscription to source consumes: those provisioned on
-// this adapter and any other source.retry* topic on the cluster (a policy changed since, or a
-// tier provisioned by another instance), so no pending retry is left behind. The delay is 0
-// where unknown.
+// retryTopics returns the retry topics a subscription to source consumes: every
+// source.retry* topic on the cluster, those provisioned on this adapter with their delay, others
+// (a policy changed since, or a tier provisioned by another instance) with the delay their name
+// carries, so no pending retry is left behind. A provisioned retry topic that is gone from the
+// cluster is left out with a warning: the source topic keeps flowing, and retries that need the
+// missing topic fail and stay uncommitted until it is back.
 func (a *Adapter) retryTopics(client sarama.Client, source string) map[string]time.Duration {
 	out := map[string]time.Duration{}
-	a.mu.Lock()
-	for _, t := range a.tiers[source] {
-		out[t.topic] = t.delay
-	}
-	a.mu.Unlock()
+	exists := map[string]bool{}
 	if err := client.RefreshMetadata(); err == nil {
 		if names, err := client.Topics(); err == nil {
 			for _, n := range names {
-				if _, known := out[n]; !known && isRetryTopicOf(n, source) {
+				exists[n] = true
+				if isRetryTopicOf(n, source) {
 					out[n] = delayFromName(n, source)
 				}
 			}
+		}
+	}
+	a.mu.Lock()
+	tiers := a.tiers[source]
+	a.mu.Unlock()
+	for _, t := range tiers {
+		if exists[t.topic] {
+			out[t.topic] = t.delay
+		} else {
+			a.logger.Warn("kafka: provisioned retry topic is missing from the cluster; not consuming it",
+				slog.String("topic", t.topic), slog.String("source", source))
 		}
 	}
 	return out

@@ -1,0 +1,112 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/adapters/kafka"
+)
+
+// When the retry topic is missing (deleted after provisioning; the adapter never lets a
+// metadata request create it), the retry publish fails, the record is nacked and its offset is
+// not committed: the same subscription delivers it again, and after a restart a new consumer in
+// the group processes it again from the broker.
+func TestRetryPublishFailureDoesNotCommit(t *testing.T) {
+	t.Parallel()
+	topic, group := uniqueName("fault"), uniqueName("fault-group")
+	failFast := func(c *kafka.Config) {
+		sc := sarama.NewConfig()
+		sc.Metadata.Retry.Max = 1
+		sc.Metadata.Retry.Backoff = 50 * time.Millisecond
+		sc.Producer.Retry.Max = 1
+		sc.Producer.Retry.Backoff = 50 * time.Millisecond
+		c.Sarama = sc
+		c.NackDelay = 100 * time.Millisecond
+	}
+	a := newAdapter(t, group, failFast)
+	// Many attempts, so the in-process redeliveries (each one counts) never exhaust the policy
+	// and dead-letter the record while the test watches.
+	policy := millrace.RetryPolicy{MaxAttempts: 100, Backoff: millrace.Fixed(200 * time.Millisecond)}
+
+	rec := newRecorder()
+	var healthy atomic.Bool
+	handler := func(context.Context, *message.Message, millrace.Attempt) error {
+		if healthy.Load() {
+			return nil
+		}
+		return millrace.Retry(errors.New("dependency down"))
+	}
+	stop := startRouter(t, a, topic, policy, rec, handler) // provisions the topics
+	if err := admin(t).DeleteTopic(topic + kafka.RetrySuffix); err != nil {
+		t.Fatalf("delete the retry topic: %v", err)
+	}
+	msg := newMessage(`{"messageId":"fault"}`)
+	if err := a.Publisher().Publish(topic, msg); err != nil {
+		t.Fatal(err)
+	}
+	calls := rec.wait(t, "the record delivered again after the failed retry publish", func(c []call) bool { return len(c) >= 2 })
+	for i, c := range calls {
+		if c.uuid != msg.UUID || c.record.Offset != calls[0].record.Offset || c.record.Topic != topic {
+			t.Fatalf("call %d: %s at %s offset %d, want the original record", i, c.uuid, c.record.Topic, c.record.Offset)
+		}
+	}
+	// The second call is an in-process redelivery after the nack (attempt 2, native count 2),
+	// or, if the group rebalanced meanwhile, the record read again from the broker (attempt 1,
+	// native count 1): no retry copy was ever written, so no header count grew.
+	if a := calls[1].attempt; a.Number != a.NativeCount || a.Source == millrace.SourceHeader {
+		t.Fatalf("redelivery counted as attempt %d (native %d, source %s)", a.Number, a.NativeCount, a.Source)
+	}
+	committed, _ := lag(t, group, topic)
+	for p, off := range committed {
+		if off > calls[0].record.Offset && p == calls[0].record.Partition {
+			t.Fatalf("offset %d committed on partition %d although the retry was never written", off, p)
+		}
+	}
+	stop()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := len(rec.snapshot())
+
+	// Restart with the retry topic back and the dependency healthy: the record comes again
+	// from the broker, as a first attempt, and is committed this time.
+	healthy.Store(true)
+	b := newAdapter(t, group, nil)
+	startRouter(t, b, topic, policy, rec, handler) // Provision recreates the retry topic
+	calls = rec.wait(t, "the record processed again after the restart", func(c []call) bool { return len(c) > before })
+	again := calls[before]
+	if again.uuid != msg.UUID || again.record.Offset != calls[0].record.Offset || again.attempt.Number != 1 {
+		t.Fatalf("after restart: %s offset %d attempt %d, want %s offset %d attempt 1",
+			again.uuid, again.record.Offset, again.attempt.Number, msg.UUID, calls[0].record.Offset)
+	}
+	waitNoLag(t, group, topic)
+}
+
+// A closed adapter refuses to schedule a retry, and the error reaches the caller (the retry
+// middleware then nacks the original).
+func TestScheduleRetryAfterCloseFails(t *testing.T) {
+	t.Parallel()
+	topic := uniqueName("closed")
+	a := newAdapter(t, "", nil)
+	policy := millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(time.Second)}
+	if err := a.Provision(ctxT(t, 10*time.Second), topic, policy); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	msg := newMessage("x")
+	_, err := a.ScheduleRetry(context.Background(), msg, millrace.RetryRequest{
+		Attempt: millrace.Attempt{Number: 1, OriginalTopic: topic}, Delay: time.Second, Err: errors.New("boom"), FailedAt: time.Now(),
+	})
+	if !errors.Is(err, millrace.ErrClosed) {
+		t.Fatalf("err %v, want ErrClosed", err)
+	}
+}
