@@ -10,7 +10,8 @@
 # default 60) and exports MILLRACE_SQS_ENDPOINT. If the endpoint already answers it only exports
 # the variable. It never calls exit (it is sourced): on failure it prints why and returns 1.
 #
-# Files: pid in /tmp/millrace-fauxqs.pid, log in /tmp/millrace-fauxqs.log.
+# Files: pid in /tmp/millrace-fauxqs.pid (node's own pid), log in /tmp/millrace-fauxqs.log.
+# Stop it with: kill "$(cat /tmp/millrace-fauxqs.pid)"
 # Port: MILLRACE_FAUXQS_PORT, default 19324.
 
 millrace_sqs_start() {
@@ -51,10 +52,13 @@ millrace_sqs_start() {
 	fi
 
 	# setsid: the endpoint outlives the sourcing shell's job control and is not killed with it.
-	(cd "$dir" && setsid "$dir/node_modules/.bin/node" serve.mjs "$port" >"$logfile" 2>&1 </dev/null &
-		echo $! >"$pidfile")
-	local pid
-	pid="$(cat "$pidfile")"
+	# --wait keeps the launcher alive as long as node (setsid forks when it is a process group
+	# leader, as under job control), so $! tells whether the endpoint still runs; serve.mjs
+	# replaces the launcher's pid in the pid file with node's own once it listens.
+	rm -f "$pidfile"
+	FAUXQS_PIDFILE="$pidfile" setsid --wait "$dir/node_modules/.bin/node" "$dir/serve.mjs" "$port" \
+		>"$logfile" 2>&1 </dev/null &
+	local pid=$!
 
 	local deadline=$((SECONDS + wait_s))
 	until millrace_sqs_answers "$endpoint"; do
@@ -65,13 +69,26 @@ millrace_sqs_start() {
 			return 1
 		fi
 		if [ "$SECONDS" -ge "$deadline" ]; then
-			echo "sqs.sh: fauxqs (pid $pid) did not answer at $endpoint within ${wait_s}s; log $logfile" >&2
+			echo "sqs.sh: fauxqs (pid $pid) did not answer at $endpoint within ${wait_s}s; stopping it; log $logfile" >&2
+			millrace_sqs_stop_launched "$pid" "$pidfile"
 			return 1
 		fi
 		sleep 0.5
 	done
+	[ -s "$pidfile" ] || echo "$pid" >"$pidfile"
 	export MILLRACE_SQS_ENDPOINT="$endpoint"
-	echo "sqs.sh: fauxqs (pid $pid) answers at $endpoint"
+	echo "sqs.sh: fauxqs (pid $(cat "$pidfile")) answers at $endpoint; stop it with: kill \"\$(cat $pidfile)\""
+}
+
+# millrace_sqs_stop_launched stops the endpoint this script launched as $1 (setsid, which may
+# have forked node as its child) and removes the pid file $2 if it names that endpoint.
+millrace_sqs_stop_launched() {
+	local node_pid=""
+	[ -s "$2" ] && node_pid="$(cat "$2")"
+	pkill -TERM -P "$1" 2>/dev/null || true
+	[ -n "$node_pid" ] && kill -TERM "$node_pid" 2>/dev/null
+	kill -TERM "$1" 2>/dev/null || true
+	rm -f "$2"
 }
 
 # millrace_sqs_answers reports whether an SQS endpoint answers ListQueues (JSON protocol) at $1.
