@@ -77,4 +77,12 @@
 //   - If the delete after a successful dead-letter send fails, the message is delivered again
 //     and dead-lettered a second time (at least once, never lost).
 //   - Receive counts are approximate in SQS; fauxqs, LocalStack and ElasticMQ count exactly.
+//
+// # Testing
+//
+// The integration tests read the endpoint from MILLRACE_SQS_ENDPOINT (unset or unreachable:
+// they fail under CI=true and skip otherwise); `. .ci/services/sqs.sh` starts fauxqs 2.4.1 on
+// 127.0.0.1:19324 and exports it. Known fauxqs gaps the tests avoid: it returns message
+// attributes even when none were requested, accepts invalid receipt handles and queue names,
+// and refuses characters above U+FFFF in bodies, which real SQS accepts.
 package sqs

@@ -82,21 +82,22 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, fmt.Errorf("millrace sqs: subscriber: %w", err)
 	}
 
+	// Subscribe under s.mu: watermill-aws reads its closed flag without a lock, so its
+	// Subscribe must not run concurrently with Close.
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		_ = inner.Close()
 		return nil, millrace.ErrClosed
+	}
+	in, err := inner.Subscribe(ctx, topic)
+	if err != nil {
+		s.mu.Unlock()
+		_ = inner.Close()
+		return nil, fmt.Errorf("millrace sqs: subscribe to %s: %w", topic, err)
 	}
 	s.inner = append(s.inner, inner)
 	s.wg.Add(1)
 	s.mu.Unlock()
-
-	in, err := inner.Subscribe(ctx, topic)
-	if err != nil {
-		s.wg.Done()
-		return nil, fmt.Errorf("millrace sqs: subscribe to %s: %w", topic, err)
-	}
 	out := make(chan *message.Message)
 	go func() {
 		defer s.wg.Done()
