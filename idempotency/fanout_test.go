@@ -176,8 +176,8 @@ func TestFanOutDiscardCountsAsFinished(t *testing.T) {
 
 func TestFanOutRefusesToStartAfterCutoff(t *testing.T) {
 	store := newMemory(t, idempotency.StoreOptions{})
-	lease := claimLease(t, store, "m1", 100*time.Millisecond)
-	slow := func(ctx context.Context, r string) error { time.Sleep(70 * time.Millisecond); return nil }
+	lease := claimLease(t, store, "m1", 500*time.Millisecond)
+	slow := func(ctx context.Context, r string) error { time.Sleep(300 * time.Millisecond); return nil }
 	var started []string
 	send := func(ctx context.Context, r string) error { started = append(started, r); return slow(ctx, r) }
 
@@ -186,7 +186,7 @@ func TestFanOutRefusesToStartAfterCutoff(t *testing.T) {
 	if outcome(err) != millrace.OutcomeRetry || !errors.As(err, &fe) || !errors.Is(err, idempotency.ErrSendCutoff) {
 		t.Fatalf("FanOut = %v, want Retry wrapping ErrSendCutoff", err)
 	}
-	// a starts at 0 ms, b at ~70 ms (< 100 ms cutoff), c would start at ~140 ms: refused.
+	// a starts at 0 ms, b at ~300 ms (< 500 ms cutoff), c would start at >= 600 ms: refused.
 	if !slices.Equal(started, []string{"a", "b"}) || !slices.Equal(fe.NotStarted, []string{"c", "d"}) {
 		t.Fatalf("started %v, not started %v; want [a b] and [c d]", started, fe.NotStarted)
 	}

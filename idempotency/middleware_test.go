@@ -15,8 +15,7 @@ import (
 
 func TestMiddlewareOutcomes(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, store idempotency.Store) {
-		policy := fixedPolicy(5, 200*time.Millisecond)
-		m := mustNew(t, idempotency.Config{Store: store, Policy: policy, LeaseTTL: 500 * time.Millisecond})
+		m := mustNew(t, idempotency.Config{Store: store, Policy: fixedPolicy(5, time.Second), LeaseTTL: 2 * time.Second})
 		var calls atomic.Int32
 		var next error // what the handler returns; deliveries are sequential
 		h := m.Wrap(func(msg *message.Message) ([]*message.Message, error) {

@@ -18,11 +18,14 @@ import (
 // SentTTL). It arranges its own cleanup through t.
 type NewStore func(t *testing.T, opts idempotency.StoreOptions) idempotency.Store
 
-// Timing of the expiry cases: leases that must outlive a step, and short ones that must expire.
+// Timing of the expiry cases: leases that must outlive a step, short ones that must expire
+// during a pause, and medium ones that must outlive one store call and then expire.
 const (
-	long  = 30 * time.Second
-	short = 400 * time.Millisecond
-	pause = 700 * time.Millisecond
+	long   = 30 * time.Second
+	short  = 400 * time.Millisecond
+	pause  = 700 * time.Millisecond
+	medium = time.Second
+	wait   = 1300 * time.Millisecond
 )
 
 // RunStoreTests runs the suite against stores made by newStore. Subtests run in parallel.
@@ -40,7 +43,7 @@ func RunStoreTests(t *testing.T, newStore NewStore) {
 		{name: "DoneExpires", run: testDoneExpires},
 		{name: "SentRecipients", run: testSent},
 		{name: "SentSurvivesTakeover", run: testSentSurvivesTakeover},
-		{name: "SentExpires", run: testSentExpires, opts: idempotency.StoreOptions{SentTTL: short}},
+		{name: "SentExpires", run: testSentExpires, opts: idempotency.StoreOptions{SentTTL: medium}},
 		{name: "ConcurrentClaimsOneWinner", run: testConcurrentClaims},
 		{name: "InvalidArguments", run: testInvalidArguments},
 		{name: "KeysAreIndependent", run: testKeysIndependent},
@@ -150,9 +153,9 @@ func testWrongOwner(t *testing.T, s idempotency.Store) {
 }
 
 func testLeaseExpiry(t *testing.T, s idempotency.Store) {
-	mustClaim(t, s, "m1", "owner-a", short, idempotency.Acquired)
-	mustClaim(t, s, "m1", "owner-b", short, idempotency.Busy)
-	time.Sleep(pause)
+	mustClaim(t, s, "m1", "owner-a", medium, idempotency.Acquired)
+	mustClaim(t, s, "m1", "owner-b", long, idempotency.Busy)
+	time.Sleep(wait)
 	mustClaim(t, s, "m1", "owner-b", long, idempotency.Acquired)
 	wantErr(t, "Complete by expired owner", s.Complete(ctx(t), "m1", "owner-a", long), idempotency.ErrLeaseLost)
 	wantErr(t, "Release by expired owner", s.Release(ctx(t), "m1", "owner-a"), idempotency.ErrLeaseLost)
@@ -168,9 +171,9 @@ func testLeaseExpiry(t *testing.T, s idempotency.Store) {
 
 func testDoneExpires(t *testing.T, s idempotency.Store) {
 	mustClaim(t, s, "m1", "owner-a", long, idempotency.Acquired)
-	wantErr(t, "Complete", s.Complete(ctx(t), "m1", "owner-a", short), nil)
+	wantErr(t, "Complete", s.Complete(ctx(t), "m1", "owner-a", medium), nil)
 	mustClaim(t, s, "m1", "owner-b", long, idempotency.Done)
-	time.Sleep(pause)
+	time.Sleep(wait)
 	mustClaim(t, s, "m1", "owner-b", long, idempotency.Acquired)
 }
 
@@ -189,9 +192,9 @@ func testSent(t *testing.T, s idempotency.Store) {
 }
 
 func testSentSurvivesTakeover(t *testing.T, s idempotency.Store) {
-	mustClaim(t, s, "m1", "owner-a", short, idempotency.Acquired)
+	mustClaim(t, s, "m1", "owner-a", medium, idempotency.Acquired)
 	wantErr(t, "MarkSent", s.MarkSent(ctx(t), "m1", "owner-a", "device-a"), nil)
-	time.Sleep(pause) // owner-a dies holding the lease
+	time.Sleep(wait) // owner-a dies holding the lease
 	mustClaim(t, s, "m1", "owner-b", long, idempotency.Acquired)
 	wantSent(t, s, "m1", "device-a", true)
 	wantSent(t, s, "m1", "device-b", false)
@@ -202,8 +205,7 @@ func testSentSurvivesTakeover(t *testing.T, s idempotency.Store) {
 func testSentExpires(t *testing.T, s idempotency.Store) {
 	mustClaim(t, s, "m1", "owner-a", long, idempotency.Acquired)
 	wantErr(t, "MarkSent", s.MarkSent(ctx(t), "m1", "owner-a", "device-a"), nil)
-	wantSent(t, s, "m1", "device-a", true)
-	time.Sleep(pause)
+	time.Sleep(wait)
 	wantSent(t, s, "m1", "device-a", false)
 	// A fresh set after expiry holds only what was added since.
 	wantErr(t, "MarkSent after expiry", s.MarkSent(ctx(t), "m1", "owner-a", "device-b"), nil)
