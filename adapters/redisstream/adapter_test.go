@@ -196,6 +196,72 @@ func TestTrimmedPendingEntriesAreAckedAndCounted(t *testing.T) {
 	}
 }
 
+// TestStaleDeletedEntriesAreAckedAndCounted: entries nobody gave back (nacked without a
+// scheduled retry) that were deleted from the stream are acknowledged and counted by the
+// recovery pass, never looped over.
+func TestStaleDeletedEntriesAreAckedAndCounted(t *testing.T) {
+	t.Parallel()
+	c := testClient(t)
+	a := newTestAdapter(t, testConfig())
+	stream := uniqueStream(t)
+	var msgs []*message.Message
+	for i := range 4 {
+		msgs = append(msgs, message.NewMessage(strconv.Itoa(i), []byte("x")))
+	}
+	if err := a.Publisher().Publish(stream, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	sub := a.Subscriber()
+	defer sub.Close()
+	ch, err := sub.Subscribe(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		(<-ch).Nack() // no retry scheduled: the entries stay pending, as after a crash
+	}
+	entries, _ := c.XRange(context.Background(), stream, "-", "+").Result()
+	if err := c.XDel(context.Background(), stream, entries[0].ID, entries[1].ID, entries[2].ID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-ch: // the survivor, recovered after MinIdle as attempt 2
+		if at := a.DecodeAttempt(m); m.UUID != "3" || at.Number != 2 {
+			t.Fatalf("recovered %s attempt %d, want message 3 attempt 2", m.UUID, at.Number)
+		}
+		m.Ack()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the remaining entry was never recovered")
+	}
+	waitUntil(t, "the PEL to empty", 5*time.Second, func() bool { return pendingCount(t, c, stream, a.cfg.Group) == 0 })
+	time.Sleep(400 * time.Millisecond) // several recovery passes: nothing may come back
+	if s := a.Stats(); s.DeletedPending != 3 || s.Recovered != 1 {
+		t.Fatalf("stats %+v, want DeletedPending 3 and Recovered 1", s)
+	}
+}
+
+// TestRetryAfterLongerThanPolicy: a millrace.RetryAfter delay longer than the policy's is
+// honoured: the retry schedule holds any due time.
+func TestRetryAfterLongerThanPolicy(t *testing.T) {
+	t.Parallel()
+	a := newTestAdapter(t, testConfig())
+	stream := uniqueStream(t)
+	const after = 900 * time.Millisecond
+	rec := runRouter(t, a, stream, fixed(3, 100*time.Millisecond), 0, func(_ context.Context, _ *message.Message, at millrace.Attempt) error {
+		if at.Number == 1 {
+			return millrace.RetryAfter(errors.New("429 Retry-After"), after)
+		}
+		return nil
+	})
+	if err := a.Publisher().Publish(stream, message.NewMessage("after", []byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	calls := rec.waitFor(t, "2 attempts", 10*time.Second, func(h []handled) bool { return len(h) >= 2 })
+	if gap := calls[1].start.Sub(calls[0].end); gap < after-5*time.Millisecond || gap > after+300*time.Millisecond {
+		t.Fatalf("retry arrived %s after the failure, want about %s", gap, after)
+	}
+}
+
 // TestPerEntryBackoff: each retry waits the policy delay of its own delivery count, counted from
 // the failure; the delivery count goes 1, 2, 3; then the entry is dead-lettered.
 func TestPerEntryBackoff(t *testing.T) {

@@ -1,12 +1,11 @@
 package redisstream
 
-// Benchmarks, run side by side on the same Redis with one command:
+// Benchmarks (not run by go test without -bench), side by side on the same Redis:
 //
-//	go test -run '^$' -bench . -benchtime 20000x ./adapters/redisstream/
+//	go test -run '^$' -bench 'Consume' -benchtime 30000x -count 5 ./adapters/redisstream/
+//	go test -run '^$' -bench 'Reclaim|RecoverPass' -benchtime 3x ./adapters/redisstream/
 //
-// (BenchmarkReclaim ignores b.N beyond repeating its scenario; -benchtime 20000x runs it
-// 20000 times only if you let it: use -bench 'Consume' and -bench 'Reclaim' with -benchtime 3x
-// for the latter, as in the package README.)
+// One op of BenchmarkConsume is one message; one op of BenchmarkReclaim is a whole scenario.
 
 import (
 	"context"
@@ -85,6 +84,25 @@ func BenchmarkConsume(b *testing.B) {
 		})
 		runAndWait(b, r.Run, r.Close, done)
 	})
+	// This adapter's subscriber behind the same plain router: the cost of the subscriber alone.
+	b.Run("redisstream-subscriber-plain-router", func(b *testing.B) {
+		a := benchAdapter(b, Config{})
+		stream := uniqueStream(b)
+		fillStream(b, a, stream, b.N)
+		r, err := message.NewRouter(message.RouterConfig{}, watermill.NewSlogLogger(quiet))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var n atomic.Int64
+		done := make(chan struct{})
+		r.AddConsumerHandler("bench", stream, a.Subscriber(), func(*message.Message) error {
+			if n.Add(1) == int64(b.N) {
+				close(done)
+			}
+			return nil
+		})
+		runAndWait(b, r.Run, r.Close, done)
+	})
 	for _, window := range []int{1, DefaultWindow, 128} {
 		b.Run(fmt.Sprintf("millrace-window-%d", window), func(b *testing.B) {
 			a := benchAdapter(b, Config{Window: window})
@@ -138,43 +156,49 @@ func runAndWait(b *testing.B, run func(context.Context) error, closeFn func() er
 }
 
 // BenchmarkReclaim measures the reclaimer with per-entry backoff: a PEL of `pending` entries
-// held by a dead consumer, of which `due` have been idle past the policy delay of their
-// delivery count and the rest have not. One op is one whole scenario: a fresh subscription
-// claims and hands out every due entry (a consumer acks each at once); the metric is due
-// entries per second. Two PEL sizes with the same number of due entries show that the cost
-// follows the due entries, not the PEL.
+// taken by a consumer, of which `due` are due and the others are not. One op is one whole
+// scenario: a fresh subscription claims and hands out every due entry (a consumer acks each at
+// once); the metric is due entries per second. Two sources:
+//   - retry: every entry failed and was scheduled through the retry schedule, as ScheduleRetry
+//     does; `due` of them are past their due time, the others due in an hour.
+//   - recover: the consumer died holding them all; `due` have been idle past the policy delay of
+//     their delivery count, the others were delivered just now.
+//
+// Two PEL sizes with the same number of due entries show what the cost follows.
 func BenchmarkReclaim(b *testing.B) {
-	for _, sc := range []struct{ pending, due, window int }{
-		{100_000, 10_000, DefaultWindow},
-		{100_000, 10_000, 1000},
-		{300_000, 10_000, 1000},
+	for _, sc := range []struct {
+		source              string
+		pending, due, window int
+	}{
+		{"retry", 100_000, 10_000, DefaultWindow},
+		{"retry", 100_000, 10_000, 1000},
+		{"retry", 300_000, 10_000, 1000},
+		{"recover", 100_000, 10_000, 1000},
+		{"recover", 300_000, 10_000, 1000},
 	} {
-		b.Run(fmt.Sprintf("pending-%d-due-%d-window-%d", sc.pending, sc.due, sc.window), func(b *testing.B) {
+		b.Run(fmt.Sprintf("%s-pending-%d-due-%d-window-%d", sc.source, sc.pending, sc.due, sc.window), func(b *testing.B) {
 			var total time.Duration
 			for range b.N {
-				total += reclaimScenario(b, sc.pending, sc.due, sc.window)
+				total += reclaimScenario(b, sc.source, sc.pending, sc.due, sc.window)
 			}
 			b.ReportMetric(float64(sc.due*b.N)/total.Seconds(), "due/s")
 		})
 	}
 }
 
-// reclaimScenario builds the PEL (not timed) and returns how long the reclaim took.
-func reclaimScenario(b *testing.B, pending, due, window int) time.Duration {
-	b.StopTimer()
+// pendingStream fills a stream with n entries, has consumer "dead" read them all and returns
+// their IDs; the adapter is provisioned with a 1 h fixed delay.
+func pendingStream(b *testing.B, a *Adapter, c *redis.Client, n int) (string, []string) {
+	b.Helper()
 	ctx := context.Background()
-	cfg := Config{Window: window, ReclaimBatch: 1000, ReclaimInterval: 50 * time.Millisecond, ProcessingBudget: time.Second}
-	a := benchAdapter(b, cfg)
-	c := testClient(b)
 	stream := uniqueStream(b)
-	if err := a.ensureGroup(ctx, stream); err != nil {
+	if err := a.Provision(ctx, stream, fixed(3, time.Hour)); err != nil {
 		b.Fatal(err)
 	}
-	fillStream(b, a, stream, pending)
-	// A consumer takes everything and dies.
-	var ids []string
-	for len(ids) < pending {
-		res, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: cfg.groupOr("bench"), Consumer: "dead", Streams: []string{stream, ">"}, Count: 10_000, Block: -1}).Result()
+	fillStream(b, a, stream, n)
+	ids := make([]string, 0, n)
+	for len(ids) < n {
+		res, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: a.cfg.Group, Consumer: "dead", Streams: []string{stream, ">"}, Count: 10_000, Block: -1}).Result()
 		if err != nil {
 			b.Fatalf("XREADGROUP: %v", err)
 		}
@@ -182,19 +206,42 @@ func reclaimScenario(b *testing.B, pending, due, window int) time.Duration {
 			ids = append(ids, m.ID)
 		}
 	}
-	// Policy delay 1 h: only the entries aged past it (every pending/due-th) are due.
-	policy := fixed(3, time.Hour)
-	if err := a.Provision(ctx, stream, policy); err != nil {
-		b.Fatal(err)
-	}
+	return stream, ids
+}
+
+// reclaimScenario builds the PEL (not timed) and returns how long the reclaim took.
+func reclaimScenario(b *testing.B, source string, pending, due, window int) time.Duration {
+	b.StopTimer()
+	ctx := context.Background()
+	cfg := Config{Window: window, ReclaimInterval: 50 * time.Millisecond, ProcessingBudget: time.Second}
+	a := benchAdapter(b, cfg)
+	c := testClient(b)
+	stream, ids := pendingStream(b, a, c, pending)
 	step := pending / due
 	pipe := c.Pipeline()
-	for i := 0; i < pending; i += step {
-		pipe.Do(ctx, "XCLAIM", stream, "bench", "dead", 0, ids[i], "IDLE", (2 * time.Hour).Milliseconds(), "JUSTID")
+	switch source {
+	case "retry":
+		now := time.Now()
+		zs := make([]redis.Z, 0, pending)
+		for i, id := range ids {
+			at := now.Add(time.Hour)
+			if i%step == 0 {
+				at = now.Add(-time.Second)
+			}
+			zs = append(zs, redis.Z{Score: float64(at.UnixMilli()), Member: id})
+		}
+		for i := 0; i < len(zs); i += 10_000 {
+			pipe.ZAdd(ctx, a.retryKey(stream), zs[i:min(i+10_000, len(zs))]...)
+		}
+	case "recover":
+		for i := 0; i < pending; i += step {
+			pipe.Do(ctx, "XCLAIM", stream, a.cfg.Group, "dead", 0, ids[i], "IDLE", (2 * time.Hour).Milliseconds(), "JUSTID")
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		b.Fatalf("age entries: %v", err)
+		b.Fatalf("prepare %s: %v", source, err)
 	}
+	b.Cleanup(func() { c.Del(context.Background(), a.retryKey(stream)) })
 
 	sub := a.Subscriber()
 	defer sub.Close()
@@ -219,9 +266,51 @@ func reclaimScenario(b *testing.B, pending, due, window int) time.Duration {
 	return elapsed
 }
 
-func (c Config) groupOr(def string) string {
-	if c.Group == "" {
-		return def
+// BenchmarkReclaimTick measures one lookup of due retries when none is due, with every entry of
+// a PEL of each size scheduled for later: the cost of a reclaim tick. One op is one lookup.
+func BenchmarkReclaimTick(b *testing.B) {
+	for _, pending := range []int{10_000, 100_000, 300_000} {
+		b.Run(fmt.Sprintf("pending-%d", pending), func(b *testing.B) {
+			a := benchAdapter(b, Config{ProcessingBudget: time.Hour})
+			c := testClient(b)
+			stream, ids := pendingStream(b, a, c, pending)
+			later := float64(time.Now().Add(time.Hour).UnixMilli())
+			zs := make([]redis.Z, len(ids))
+			for i, id := range ids {
+				zs[i] = redis.Z{Score: later, Member: id}
+			}
+			for i := 0; i < len(zs); i += 10_000 {
+				c.ZAdd(context.Background(), a.retryKey(stream), zs[i:min(i+10_000, len(zs))]...)
+			}
+			b.Cleanup(func() { c.Del(context.Background(), a.retryKey(stream)) })
+			s := newSubscription(context.Background(), a, stream)
+			b.ResetTimer()
+			for range b.N {
+				if n := s.claimDue(1000); n != 0 {
+					b.Fatalf("claimed %d entries, none is due", n)
+				}
+			}
+		})
 	}
-	return c.Group
+}
+
+// BenchmarkRecoverPass measures one recovery pass when nothing needs recovering (every entry in
+// flight): one XPENDING IDLE call that returns nothing, while Redis walks the PEL on its side.
+// Recovery runs every RecoverInterval (MinIdle/4 by default), not every tick. One op is one pass.
+func BenchmarkRecoverPass(b *testing.B) {
+	for _, pending := range []int{10_000, 100_000, 300_000} {
+		b.Run(fmt.Sprintf("pending-%d", pending), func(b *testing.B) {
+			a := benchAdapter(b, Config{ProcessingBudget: time.Hour})
+			c := testClient(b)
+			stream, _ := pendingStream(b, a, c, pending)
+			s := newSubscription(context.Background(), a, stream)
+			b.ResetTimer()
+			for range b.N {
+				s.cursor = "-"
+				if n := s.recoverStale(1000); n != 0 || s.moreStale {
+					b.Fatalf("recovered %d entries, none is stale", n)
+				}
+			}
+		})
+	}
 }

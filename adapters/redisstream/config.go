@@ -20,6 +20,8 @@ const (
 	DefaultProcessingBudget = 30 * time.Second
 	DefaultReclaimInterval  = time.Second
 	DefaultReclaimBatch     = 1000
+	// DefaultRecoverDivisor: RecoverInterval defaults to MinIdle / 4 (at least ReclaimInterval).
+	DefaultRecoverDivisor = 4
 	DefaultDeadLetterSuffix = ".dlq"
 	DefaultGroupStartID     = "0"
 )
@@ -37,13 +39,12 @@ const (
 //     ProcessingBudget, and Validate refuses a MinIdle shorter than ProcessingBudget, so a live
 //     consumer within its budget never loses its entry.
 //   - An entry its consumer gave back with a Retry outcome is due exactly its retry delay after
-//     the failure, however short: ScheduleRetry moves the entry's delivery time so that the
-//     reclaimer finds it due then. No consumer is working on it any more, so a short retry delay
-//     cannot steal anything.
+//     the failure, however short: ScheduleRetry records its due time in the retry schedule. No
+//     consumer is working on it any more, so a short retry delay cannot steal anything.
 //
-// The field report's production setup reads: ReclaimInterval 1 min, policy Fixed(5 min) with
-// MaxAttempts 3 (the entry is dead-lettered when its delivery count exceeds 3), router budget
-// 104 s, ProcessingBudget 2 min, MinIdle 5 min.
+// The field report's production setup reads: ReclaimInterval and RecoverInterval 1 min, policy
+// Fixed(5 min) with MaxAttempts 3 (the entry is dead-lettered when its delivery count exceeds
+// 3), router budget 104 s, ProcessingBudget 2 min, MinIdle 5 min.
 type Config struct {
 	// Client is the Redis connection. Optional: when nil the adapter connects to URL and closes
 	// that client on Close; a Client passed in is never closed by the adapter.
@@ -73,12 +74,16 @@ type Config struct {
 	// MinIdle is the shortest idle time after which an entry nobody gave back may be claimed.
 	// Must be >= ProcessingBudget. Default ProcessingBudget.
 	MinIdle time.Duration
-	// ReclaimInterval is how often a subscription looks for due pending entries. It is the
-	// resolution of retry delays: a retry arrives up to one interval after it is due.
-	// Default 1 s.
+	// ReclaimInterval is how often a subscription looks for due retries (a cheap lookup in the
+	// retry schedule). It is the resolution of retry delays: a retry arrives up to one interval
+	// after it is due. Default 1 s.
 	ReclaimInterval time.Duration
-	// ReclaimBatch is how many pending entries one XPENDING call inspects (it never exceeds the
-	// free window). Default 1000.
+	// RecoverInterval is how often a subscription walks the PEL for entries nobody gave back
+	// (a dead consumer's): such an entry is delivered again between its threshold and its
+	// threshold plus RecoverInterval. Default MinIdle/4, at least ReclaimInterval.
+	RecoverInterval time.Duration
+	// ReclaimBatch is how many entries one claim or XPENDING call handles at most (it never
+	// exceeds the free window). Default 1000.
 	ReclaimBatch int
 	// DeadLetterStream names the dead-letter stream of a stream. Default: stream + ".dlq".
 	DeadLetterStream func(stream string) string
@@ -112,6 +117,8 @@ func (c Config) Validate() error {
 			Rule: "must be at least ProcessingBudget (" + c.budget().String() + "): a shorter reclaim idle time would steal entries that live consumers are still processing"}
 	case c.ReclaimInterval < 0:
 		return negative("ReclaimInterval", c.ReclaimInterval, DefaultReclaimInterval)
+	case c.RecoverInterval < 0:
+		return &millrace.ConfigError{Field: "redisstream.Config.RecoverInterval", Value: c.RecoverInterval.String(), Rule: "must not be negative (0 means MinIdle/4)"}
 	case c.ReclaimBatch < 0:
 		return &millrace.ConfigError{Field: "redisstream.Config.ReclaimBatch", Value: strconv.Itoa(c.ReclaimBatch), Rule: "must not be negative (0 means 1000)"}
 	case c.MaxLen < 0:
@@ -162,6 +169,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ReclaimInterval == 0 {
 		c.ReclaimInterval = DefaultReclaimInterval
+	}
+	if c.RecoverInterval == 0 {
+		c.RecoverInterval = max(c.MinIdle/DefaultRecoverDivisor, c.ReclaimInterval)
 	}
 	if c.ReclaimBatch == 0 {
 		c.ReclaimBatch = DefaultReclaimBatch

@@ -14,7 +14,8 @@ import (
 // original entry's fields byte for byte (for a malformed entry too) plus rec.Fields() as
 // top-level fields. For a message delivered by this adapter the XADD and the XACK of the
 // original run in one Lua script, the XACK only after the XADD succeeded; on error the
-// original stays pending and comes back after its reclaim threshold.
+// original stays pending and is recovered after its reclaim threshold. In a Redis Cluster the
+// dead-letter stream must hash to the stream's slot (use a {hash tag} in both names).
 func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec deadletter.Record) error {
 	d, ok := deliveryFrom(msg)
 	stream := rec.OriginalTopic
@@ -24,7 +25,7 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 	dlq := a.DeadLetterTopic(stream)
 	if ok {
 		args := append([]any{d.group, d.id}, deadLetterFields(d.fields, rec)...)
-		if err := a.scripts.deadLetter.Run(ctx, a.client, []string{d.stream, dlq}, args...).Err(); err != nil {
+		if err := a.scripts.deadLetter.Run(ctx, a.client, []string{d.stream, dlq, a.retryKey(d.stream)}, args...).Err(); err != nil {
 			return fmt.Errorf("redisstream: dead-letter %s %s to %s: %w", d.stream, d.id, dlq, err)
 		}
 		a.stats.deadLettered.Add(1)

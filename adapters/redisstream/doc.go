@@ -21,21 +21,26 @@
 // # Retries
 //
 // A Retry outcome leaves the entry pending: ScheduleRetry returns millrace.NackOriginal, there
-// is no XACK and no in-process resend, and the subscription's Nack does nothing to Redis. Every
-// subscription runs a reclaimer, every Config.ReclaimInterval, that claims an entry only once it
-// has been idle for the threshold of its own delivery count c: max(policy delay before retry c,
-// Config.MinIdle). ScheduleRetry moves a failed entry's idle time (XCLAIM to itself with IDLE
-// and JUSTID) so that it becomes due exactly its delay after the failure. A consumer that died
-// holding an entry never gave it back: the entry is due after the threshold of its count,
-// counted from its delivery, and is then delivered with the next attempt number. The reclaimer
-// uses XPENDING IDLE with a cursor and batched XCLAIMs, not XAUTOCLAIM; see reclaim.go for why.
-// Delays have the resolution of Config.ReclaimInterval. A millrace.RetryAfter delay longer than
-// its threshold cannot be set (Redis refuses a delivery time in the future) and is shortened to
-// the threshold, with a warning.
+// is no XACK and no in-process resend, and the subscription's Nack does nothing to Redis.
+// ScheduleRetry (one Lua script, which first checks that this consumer still owns the entry)
+// records the entry's due time, the failure time plus the delay on the server's clock, in the
+// stream's retry schedule: a sorted set "millrace:retry:{<stream>}:<group>". Every
+// Config.ReclaimInterval each subscription takes the due entries off the schedule and XCLAIMs
+// them in one Lua call (O(log n + due), whatever the PEL size), which increments their delivery
+// count. So each entry waits the delay of its own attempt, and any delay works, a
+// millrace.RetryAfter longer than the policy's included. Delays have the resolution of
+// ReclaimInterval.
+//
+// Entries nobody gave back (a consumer died holding them, overran its budget, or its retry or
+// dead-letter write failed) are recovered by a pass over the PEL every Config.RecoverInterval:
+// an entry is claimed once it has been idle (since its last delivery) for the threshold of its
+// delivery count c, max(policy delay before retry c, Config.MinIdle), and is then delivered with
+// attempt c+1. The pass uses XPENDING IDLE with a cursor and batched XCLAIMs with that threshold
+// as MIN-IDLE, not XAUTOCLAIM; see reclaim.go for the costs and the reason.
 //
 // With the field report's values (check every minute, claim after 5 minutes idle, dead-letter
-// when the delivery count exceeds 3): ReclaimInterval 1 min, MinIdle 5 min, policy
-// {MaxAttempts: 3, Backoff: Fixed(5 min)}. The Attempt middleware dead-letters the fourth
+// when the delivery count exceeds 3): ReclaimInterval and RecoverInterval 1 min, MinIdle 5 min,
+// policy {MaxAttempts: 3, Backoff: Fixed(5 min)}. The Attempt middleware dead-letters the fourth
 // delivery as exhausted before the handler runs.
 //
 // # Processing budget
@@ -43,19 +48,20 @@
 // The reclaimer must never take an entry from a live consumer that is still within its budget.
 // Config.ProcessingBudget is that budget (router.Config.Budget plus headroom for the dead-letter
 // or retry write; check it with Config.ValidateBudget); Validate refuses a MinIdle shorter than
-// it, and no threshold is shorter than MinIdle. A short policy delay is still honoured after a
-// failure, because a failed entry has no live consumer any more.
+// it, and no recovery threshold is shorter than MinIdle. A short policy delay is still honoured
+// after a failure, because a failed entry has no live consumer any more.
 //
 // # Dead letters
 //
 // DeadLetter appends to the dead-letter stream (default "<stream>.dlq", Config.DeadLetterStream)
 // the original entry's fields byte for byte, then deadletter.Record.Fields() as top-level
 // fields, and acknowledges the original in the same Lua script, only after the XADD succeeded.
-// A failed write leaves the entry pending. Field order is canonical (UUID, payload, metadata,
+// A failed write leaves the entry pending; it is recovered after its threshold. In a Redis
+// Cluster, the stream, its dead-letter stream and its retry schedule must share a hash slot. Field order is canonical (UUID, payload, metadata,
 // other fields sorted, then the record's), since go-redis does not keep the original order.
 // Reading a dead-letter stream through Subscribe merges the record fields into the metadata, so
-// deadletter.FromMessage decodes it. Pending entries that were trimmed or deleted from the
-// stream (XCLAIM returns nothing for them) are acknowledged and counted in
+// deadletter.FromMessage decodes it. Scheduled or pending entries that were trimmed or deleted
+// from the stream (XCLAIM returns nothing for them) are acknowledged and counted in
 // Stats.DeletedPending, never retried.
 //
 // # Throughput and ordering

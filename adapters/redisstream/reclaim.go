@@ -1,36 +1,60 @@
 package redisstream
 
 import (
+	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// reclaim runs one round of the reclaimer and returns how many entries it handed out (at most
-// free). It is the only way a pending entry is delivered again.
+// The reclaimer is the only way a pending entry is delivered again. It has two sources.
 //
-// Why XPENDING IDLE + XCLAIM, not XAUTOCLAIM: XAUTOCLAIM claims every entry idle for at least
-// its one min-idle and increments the delivery count of each (or, with JUSTID, resets its idle
-// time), so an entry that is idle enough for the shortest delay but not yet for the delay of its
-// own delivery count would lose its backoff. Instead one round is:
+// Retries (claimDue, every ReclaimInterval): ScheduleRetry put each failed entry's due time in
+// the stream's retry schedule, a sorted set. One Lua call takes the due IDs off the schedule
+// (ZRANGEBYSCORE -inf now LIMIT n, so its cost is O(log S + n) whatever the PEL size), XCLAIMs
+// them and returns them with their delivery counts. Nothing scans the PEL to find retries.
 //
-//  1. XPENDING stream group IDLE <shortest threshold> <cursor> + <n>: Redis skips the entries in
-//     flight or in early backoff on its side, and returns up to n candidates with their idle
-//     time and delivery count. n is the free part of the window (at most ReclaimBatch), so the
-//     cost of a round is bounded by n, whatever the PEL size.
-//  2. Keep the entries whose idle time reached the threshold of their own delivery count.
-//  3. One XCLAIM per distinct threshold, pipelined (one round trip), with MIN-IDLE = that
-//     threshold: Redis re-checks each entry atomically, so when two consumers race for an entry
-//     one wins and the other gets nothing for it. XCLAIM increments the delivery count, so the
-//     new attempt is the count XPENDING returned plus one.
-//  4. Entries XCLAIM did not return were either won by another consumer or trimmed/deleted
-//     from the stream; the latter (checked with XRANGE) are XACKed and counted, never retried.
+// Recovery (recoverStale, every RecoverInterval): entries nobody gave back (their consumer died
+// or overran its budget, or the retry or dead-letter write failed) are found by walking the PEL
+// with XPENDING IDLE <shortest threshold> and a cursor, n at a time; the ones idle for at least
+// the threshold of their own delivery count, and not on the retry schedule, are claimed with one
+// Lua call that XCLAIMs each with that threshold as MIN-IDLE. Redis skips the entries in flight
+// on its side (about 0.1 µs each), so a pass costs one round trip per n candidates plus a server
+// walk of the PEL; it runs every RecoverInterval (default MinIdle/4), not every tick.
 //
-// The cursor walks the PEL in ID order across rounds; a short round ends the pass and the next
-// pass starts at the next tick. A full round continues at once (up to the window), so a backlog
-// of due entries is drained at Redis speed, not one batch per tick.
-func (s *subscription) reclaim(free int) int {
+// Why not XAUTOCLAIM: it claims every entry idle for at least its one min-idle and increments
+// (or, with JUSTID, resets the idle time of) each, so an entry idle enough for the shortest
+// delay but not for the delay of its own delivery count would lose its backoff.
+//
+// Both sources claim at most the free part of the window, so a claimed entry is handed out at
+// once (one that waited in memory would age towards another consumer's threshold). Scheduled or
+// pending entries that were trimmed or deleted from the stream (XCLAIM returns nothing for them)
+// are acknowledged and counted in Stats.DeletedPending, never retried.
+
+// claimDue hands out up to free retries that are due and reports how many.
+func (s *subscription) claimDue(free int) int {
+	limit := min(free, s.a.cfg.ReclaimBatch)
+	res, err := s.a.scripts.claimDue.Run(s.ctx, s.a.client, []string{s.stream, s.a.retryKey(s.stream)},
+		s.a.cfg.Group, s.consumer, limit).Slice()
+	if err != nil {
+		s.moreDue = false
+		s.failed("claim due retries", err)
+		return 0
+	}
+	entries, counts, gone, err := parseClaim(res)
+	if err != nil {
+		s.moreDue = false
+		s.failed("claim due retries", err)
+		return 0
+	}
+	taken, _ := res[3].(int64) // due IDs taken off the schedule: a full batch means maybe more
+	s.moreDue = int(taken) >= limit
+	s.countDeleted(gone)
+	return s.handOut(entries, counts)
+}
+
+// recoverStale runs one round of the recovery pass and reports how many entries it handed out.
+func (s *subscription) recoverStale(free int) int {
 	cfg := &s.a.cfg
 	limit := min(free, cfg.ReclaimBatch)
 	th := s.a.thresholdsFor(s.stream)
@@ -38,107 +62,93 @@ func (s *subscription) reclaim(free int) int {
 		Stream: s.stream, Group: cfg.Group, Idle: th.min, Start: s.cursor, End: "+", Count: int64(limit),
 	}).Result()
 	if err != nil {
-		s.more = false
+		s.moreStale = false
 		s.failed("XPENDING", err)
 		return 0
 	}
 	if len(pend) < limit {
-		s.cursor, s.more = "-", false
+		s.cursor, s.moreStale = "-", false
 	} else {
-		s.cursor, s.more = "("+pend[len(pend)-1].ID, true
+		s.cursor, s.moreStale = "("+pend[len(pend)-1].ID, true
 	}
-
-	counts := make(map[string]int64, len(pend))
-	due := map[time.Duration][]string{}
+	args := []any{cfg.Group, s.consumer}
 	for _, p := range pend {
 		if t := th.forCount(p.RetryCount); p.Idle >= t {
-			due[t] = append(due[t], p.ID)
-			counts[p.ID] = p.RetryCount
+			args = append(args, p.ID, t.Milliseconds())
 		}
 	}
-	if len(counts) == 0 {
+	if len(args) == 2 {
 		return 0
 	}
+	res, err := s.a.scripts.claimStale.Run(s.ctx, s.a.client, []string{s.stream, s.a.retryKey(s.stream)}, args...).Slice()
+	if err != nil {
+		s.failed("recover stale entries", err)
+		return 0
+	}
+	entries, counts, gone, err := parseClaim(res)
+	if err != nil {
+		s.failed("recover stale entries", err)
+		return 0
+	}
+	s.countDeleted(gone)
+	s.a.stats.recovered.Add(uint64(len(entries)))
+	return s.handOut(entries, counts)
+}
 
-	pipe := s.a.client.Pipeline()
-	cmds := make([]*redis.XMessageSliceCmd, 0, len(due))
-	asked := make([][]string, 0, len(due))
-	for t, ids := range due {
-		cmds = append(cmds, pipe.XClaim(s.ctx, &redis.XClaimArgs{
-			Stream: s.stream, Group: cfg.Group, Consumer: s.consumer, MinIdle: t, Messages: ids,
-		}))
-		asked = append(asked, ids)
-	}
-	_, _ = pipe.Exec(s.ctx) // errors are per command, below
-
-	var claimed []redis.XMessage
-	var missing []string
-	for i, cmd := range cmds {
-		msgs, err := cmd.Result()
-		if err != nil {
-			s.failed("XCLAIM", err)
-			continue
-		}
-		got := make(map[string]struct{}, len(msgs))
-		for _, m := range msgs {
-			if len(m.Values) == 0 { // Redis < 7 returns deleted entries as nil
-				continue
-			}
-			got[m.ID] = struct{}{}
-			claimed = append(claimed, m)
-		}
-		for _, id := range asked[i] {
-			if _, ok := got[id]; !ok {
-				missing = append(missing, id)
-			}
-		}
-	}
-	if len(missing) > 0 {
-		s.dropDeleted(missing)
-	}
-	s.a.stats.reclaimed.Add(uint64(len(claimed)))
-	for i, m := range claimed {
-		if !s.deliver(m, counts[m.ID]+1) {
-			for _, rest := range claimed[i+1:] {
-				s.unsent = append(s.unsent, sent{id: rest.ID, count: counts[rest.ID] + 1})
+// handOut delivers claimed entries; those the stopping loop could not hand out are given back.
+func (s *subscription) handOut(entries []redis.XMessage, counts []int64) int {
+	s.a.stats.reclaimed.Add(uint64(len(entries)))
+	for i, m := range entries {
+		if !s.deliver(m, counts[i]) {
+			for j := i + 1; j < len(entries); j++ {
+				s.unsent = append(s.unsent, sent{id: entries[j].ID, count: counts[j]})
 			}
 			break
 		}
 	}
-	return len(claimed)
+	return len(entries)
 }
 
-// dropDeleted acknowledges the pending entries among ids that no longer exist in the stream
-// (trimmed by MAXLEN or deleted with XDEL): XCLAIM returns nothing for them, so without this
-// they would come up in every pass. Redis 7 already drops them from the PEL when XCLAIM skips
-// them; the XACK makes that explicit and covers older servers.
-func (s *subscription) dropDeleted(ids []string) {
-	ctx := s.ctx
-	pipe := s.a.client.Pipeline()
-	cmds := make([]*redis.XMessageSliceCmd, len(ids))
-	for i, id := range ids {
-		cmds[i] = pipe.XRangeN(ctx, s.stream, id, id, 1)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
-		s.failed("XRANGE", err)
+func (s *subscription) countDeleted(n int) {
+	if n == 0 {
 		return
 	}
-	var gone []string
-	for i, cmd := range cmds {
-		if msgs, err := cmd.Result(); err == nil && len(msgs) == 0 {
-			gone = append(gone, ids[i])
-		}
-	}
-	if len(gone) == 0 {
-		return
-	}
-	if err := s.a.client.XAck(ctx, s.stream, s.a.cfg.Group, gone...).Err(); err != nil {
-		s.failed("XACK", err)
-		return
-	}
-	s.a.stats.deletedPending.Add(uint64(len(gone)))
+	s.a.stats.deletedPending.Add(uint64(n))
 	s.a.cfg.Logger.Warn("redisstream: pending entries were trimmed or deleted from the stream; acknowledged",
-		slog.String("stream", s.stream), slog.Int("entries", len(gone)), slog.String("first", gone[0]))
+		slog.String("stream", s.stream), slog.Int("entries", n))
 }
 
-func isNil(err error) bool { return err == redis.Nil }
+// parseClaim decodes the {entries, counts, deleted} reply of the claim scripts.
+func parseClaim(res []any) (entries []redis.XMessage, counts []int64, gone int, err error) {
+	if len(res) < 3 {
+		return nil, nil, 0, fmt.Errorf("redisstream: claim reply has %d elements, want at least 3", len(res))
+	}
+	raw, _ := res[0].([]any)
+	rawCounts, _ := res[1].([]any)
+	n, _ := res[2].(int64)
+	if len(raw) != len(rawCounts) {
+		return nil, nil, 0, fmt.Errorf("redisstream: claim reply has %d entries and %d counts", len(raw), len(rawCounts))
+	}
+	entries = make([]redis.XMessage, 0, len(raw))
+	counts = make([]int64, 0, len(raw))
+	for i, r := range raw {
+		e, ok := r.([]any)
+		if !ok || len(e) != 2 {
+			return nil, nil, 0, fmt.Errorf("redisstream: claim reply entry %d: %T", i, r)
+		}
+		id, _ := e[0].(string)
+		kv, _ := e[1].([]any)
+		values := make(map[string]any, len(kv)/2)
+		for j := 0; j+1 < len(kv); j += 2 {
+			k, _ := kv[j].(string)
+			values[k] = kv[j+1]
+		}
+		c, ok := rawCounts[i].(int64)
+		if !ok {
+			return nil, nil, 0, fmt.Errorf("redisstream: claim reply count %d: %T", i, rawCounts[i])
+		}
+		entries = append(entries, redis.XMessage{ID: id, Values: values})
+		counts = append(counts, c)
+	}
+	return entries, counts, int(n), nil
+}

@@ -12,34 +12,22 @@ import (
 )
 
 // ScheduleRetry leaves the entry pending (no XACK, no in-process resend) and returns
-// millrace.NackOriginal; the subscription's Nack then does nothing to Redis. The reclaimer
-// delivers the entry again, with its delivery count one higher, once it is due.
-//
-// The entry is due when it has been idle for its threshold (max(policy delay for its delivery
-// count, MinIdle)); idle counts from the delivery, not from the failure. So that the retry
-// waits req.Delay from the failure, this sets the entry's idle time to threshold - req.Delay
-// (XCLAIM to itself with IDLE and JUSTID, which leaves the delivery count alone). A delay
-// longer than the threshold (millrace.RetryAfter above the policy delay) cannot be expressed:
-// Redis refuses a delivery time in the future. Such a retry arrives after the threshold and a
-// warning is logged.
+// millrace.NackOriginal; the subscription's Nack then does nothing to Redis. It records the
+// entry's due time (the failure time plus req.Delay, on the server's clock) in the stream's
+// retry schedule, and restarts its idle time; the reclaimer of any consumer in the group
+// delivers it again once due, with its delivery count one higher. Any delay works, a
+// millrace.RetryAfter longer than the policy's included.
 func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req millrace.RetryRequest) (millrace.Disposition, error) {
 	d, ok := deliveryFrom(msg)
 	if !ok {
 		return 0, errNoDelivery
 	}
-	threshold := a.thresholdsFor(d.stream).forCount(d.count)
-	if req.Delay > threshold {
-		a.cfg.Logger.WarnContext(ctx, "redisstream: retry delay longer than the reclaim threshold of its attempt; shortened",
-			slog.String("stream", d.stream), slog.String("entry", d.id),
-			slog.Duration("delay", req.Delay), slog.Duration("threshold", threshold))
-	}
-	var elapsed time.Duration
+	delay := req.Delay
 	if !req.FailedAt.IsZero() {
-		elapsed = max(time.Since(req.FailedAt), 0)
+		delay -= max(time.Since(req.FailedAt), 0)
 	}
-	idle := max(threshold-req.Delay, 0) + elapsed
-	res, err := a.scripts.retry.Run(ctx, a.client, []string{d.stream},
-		d.group, d.id, d.consumer, d.count, idle.Milliseconds()).Int()
+	res, err := a.scripts.retry.Run(ctx, a.client, []string{d.stream, a.retryKey(d.stream)},
+		d.group, d.id, d.consumer, d.count, max(delay, 0).Milliseconds()).Int()
 	if err != nil {
 		return 0, fmt.Errorf("redisstream: schedule retry of %s %s: %w", d.stream, d.id, err)
 	}
@@ -54,4 +42,11 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 			slog.String("stream", d.stream), slog.String("entry", d.id), slog.String("consumer", d.consumer))
 	}
 	return millrace.NackOriginal, nil
+}
+
+// retryKey names the retry schedule of stream for the group: a sorted set of entry IDs scored
+// by due time. Its hash tag is the stream name, so that in a Redis Cluster it shares the
+// stream's slot (for a stream name without braces).
+func (a *Adapter) retryKey(stream string) string {
+	return "millrace:retry:{" + stream + "}:" + a.cfg.Group
 }

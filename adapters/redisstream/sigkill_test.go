@@ -105,6 +105,9 @@ func TestKilledConsumerEntryIsReclaimed(t *testing.T) {
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("survivor handled the entry %d times, want 1", n)
 	}
+	if got := survivor.Stats().Recovered; got != 1 {
+		t.Fatalf("Stats.Recovered %d, want 1", got)
+	}
 	c := testClient(t)
 	waitUntil(t, "the PEL to empty", 5*time.Second, func() bool { return pendingCount(t, c, stream, cfg.Group) == 0 })
 }

@@ -6,8 +6,12 @@ import "sync/atomic"
 type Stats struct {
 	// Read is the number of new entries read with XREADGROUP.
 	Read uint64
-	// Reclaimed is the number of pending entries the reclaimer claimed and delivered again.
+	// Reclaimed is the number of pending entries the reclaimer claimed and delivered again:
+	// due retries and recovered entries.
 	Reclaimed uint64
+	// Recovered is the part of Reclaimed that nobody gave back: entries whose consumer died or
+	// overran its budget, or whose retry or dead-letter write failed.
+	Recovered uint64
 	// Acked is the number of entries acknowledged with XACK after a successful handling.
 	Acked uint64
 	// RetriesScheduled is the number of entries left pending for a delayed retry.
@@ -27,7 +31,7 @@ type Stats struct {
 }
 
 type counters struct {
-	read, reclaimed, acked, retries, deadLettered, malformed, deletedPending, ackErrors atomic.Uint64
+	read, reclaimed, recovered, acked, retries, deadLettered, malformed, deletedPending, ackErrors atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -36,6 +40,7 @@ func (a *Adapter) Stats() Stats {
 	return Stats{
 		Read:             c.read.Load(),
 		Reclaimed:        c.reclaimed.Load(),
+		Recovered:        c.recovered.Load(),
 		Acked:            c.acked.Load(),
 		RetriesScheduled: c.retries.Load(),
 		DeadLettered:     c.deadLettered.Load(),

@@ -43,10 +43,12 @@ type subscription struct {
 	loopDone chan struct{}
 
 	// Reclaimer state, used only by the loop goroutine.
-	cursor   string    // XPENDING start of the next round: "-" or "(" + last ID seen
-	more     bool      // the last round was cut short: continue without waiting for the tick
-	nextTick time.Time // when the next reclaim pass starts
-	unsent   []sent    // entries read or claimed but not handed out when the loop stopped
+	nextTick    time.Time // when due retries are looked up next
+	moreDue     bool      // the last lookup took a full batch: look again without waiting
+	nextRecover time.Time // when the next recovery pass starts
+	moreStale   bool      // a recovery pass is under way
+	cursor      string    // XPENDING start of the next recovery round: "-" or "(" + last ID seen
+	unsent      []sent    // entries read or claimed but not handed out when the loop stopped
 }
 
 // sent is an entry delivered to this consumer, with its delivery count.
@@ -99,16 +101,27 @@ func (s *subscription) loop() {
 			}
 			continue
 		}
-		if now := time.Now(); s.more || !now.Before(s.nextTick) {
-			if !now.Before(s.nextTick) {
-				s.nextTick = now.Add(cfg.ReclaimInterval)
-			}
-			if free -= s.reclaim(free); free <= 0 {
+		now := time.Now()
+		if !now.Before(s.nextTick) {
+			s.nextTick = now.Add(cfg.ReclaimInterval)
+			s.moreDue = true
+		}
+		if !now.Before(s.nextRecover) {
+			s.nextRecover = now.Add(cfg.RecoverInterval)
+			s.moreStale, s.cursor = true, "-"
+		}
+		if s.moreDue {
+			if free -= s.claimDue(free); free <= 0 {
 				continue
 			}
 		}
-		block := time.Duration(-1) // more to reclaim: only look for new entries, do not wait
-		if !s.more {
+		if s.moreStale {
+			if free -= s.recoverStale(free); free <= 0 {
+				continue
+			}
+		}
+		block := time.Duration(-1) // more to claim: only look for new entries, do not wait
+		if !s.moreDue && !s.moreStale {
 			block = max(min(cfg.ReadBlock, time.Until(s.nextTick)), time.Millisecond)
 		}
 		s.read(free, block)
@@ -204,31 +217,24 @@ func (s *subscription) await(msg *message.Message, id string) {
 	}
 }
 
-// giveBack makes the entries this consumer took but never handed out due at once for the other
-// consumers, with their delivery count lowered by one: the claim that delivers them again
-// raises it back, so the interruption costs no attempt.
+// giveBack makes the entries this consumer took but never handed out due at once for every
+// consumer of the group, with their delivery count lowered by one: the claim that delivers them
+// again raises it back, so the interruption costs no attempt.
 func (s *subscription) giveBack() {
 	if len(s.unsent) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 5*time.Second)
 	defer cancel()
-	th := s.a.thresholdsFor(s.stream)
-	byCount := map[int64][]string{}
+	pipe := s.a.client.TxPipeline()
+	due := make([]redis.Z, 0, len(s.unsent))
 	for _, u := range s.unsent {
-		byCount[u.count-1] = append(byCount[u.count-1], u.id)
+		pipe.Do(ctx, "XCLAIM", s.stream, s.a.cfg.Group, s.consumer, 0, u.id, "IDLE", 0, "RETRYCOUNT", max(u.count-1, 0), "JUSTID")
+		due = append(due, redis.Z{Score: 0, Member: u.id})
 	}
-	pipe := s.a.client.Pipeline()
-	for c, ids := range byCount {
-		args := []any{"XCLAIM", s.stream, s.a.cfg.Group, s.consumer, 0}
-		for _, id := range ids {
-			args = append(args, id)
-		}
-		args = append(args, "IDLE", th.forCount(c).Milliseconds(), "RETRYCOUNT", c, "JUSTID")
-		pipe.Do(ctx, args...)
-	}
+	pipe.ZAdd(ctx, s.a.retryKey(s.stream), due...)
 	if _, err := pipe.Exec(ctx); err != nil {
-		s.a.cfg.Logger.Warn("redisstream: could not give back undelivered entries; they come back after their reclaim threshold",
+		s.a.cfg.Logger.Warn("redisstream: could not give back undelivered entries; they are recovered after their reclaim threshold",
 			slog.String("stream", s.stream), slog.Int("entries", len(s.unsent)), slog.String("error", err.Error()))
 	}
 	s.unsent = nil
