@@ -167,7 +167,7 @@ func runAndWait(b *testing.B, run func(context.Context) error, closeFn func() er
 // Two PEL sizes with the same number of due entries show what the cost follows.
 func BenchmarkReclaim(b *testing.B) {
 	for _, sc := range []struct {
-		source              string
+		source               string
 		pending, due, window int
 	}{
 		{"retry", 100_000, 10_000, DefaultWindow},

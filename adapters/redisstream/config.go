@@ -21,7 +21,7 @@ const (
 	DefaultReclaimInterval  = time.Second
 	DefaultReclaimBatch     = 1000
 	// DefaultRecoverDivisor: RecoverInterval defaults to MinIdle / 4 (at least ReclaimInterval).
-	DefaultRecoverDivisor = 4
+	DefaultRecoverDivisor   = 4
 	DefaultDeadLetterSuffix = ".dlq"
 	DefaultGroupStartID     = "0"
 )
