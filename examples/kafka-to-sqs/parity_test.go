@@ -340,11 +340,16 @@ func TestParityKafkaSQS(t *testing.T) {
 	if err := dial(ep.Host); err != nil {
 		testenv.Unreachable(t, "SQS", sqsEndpoint, "MILLRACE_SQS_ENDPOINT", err)
 	}
-	redisAddr := testenv.Getenv("MILLRACE_REDIS_ADDR", "127.0.0.1:6379")
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	redisURL := testenv.Getenv("MILLRACE_REDIS_URL", "redis://127.0.0.1:6379/0")
+	redisOpts, err := redis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatalf("MILLRACE_REDIS_URL %q: %v", redisURL, err)
+	}
+	redisAddr := redisOpts.Addr
+	rdb := redis.NewClient(redisOpts)
 	defer rdb.Close()
 	if err := rdb.Ping(context.Background()).Err(); err != nil {
-		testenv.Unreachable(t, "Redis", redisAddr, "MILLRACE_REDIS_ADDR", err)
+		testenv.Unreachable(t, "Redis", redisAddr, "MILLRACE_REDIS_URL", err)
 	}
 
 	urls := map[string]string{

@@ -7,38 +7,31 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+
+	roottestenv "github.com/millrace/millrace/internal/testenv"
 )
 
-// RedisAddr is the Redis server the tests use: $MILLRACE_REDIS_ADDR or 127.0.0.1:6379.
+// RedisURL is the Redis server the tests use: $MILLRACE_REDIS_URL or the local one.
+func RedisURL() string { return roottestenv.Getenv("MILLRACE_REDIS_URL", "redis://127.0.0.1:6379/0") }
+
+// RedisAddr is the host:port of RedisURL.
 func RedisAddr() string {
-	if a := os.Getenv("MILLRACE_REDIS_ADDR"); a != "" {
-		return a
+	parsed, err := redis.ParseURL(RedisURL())
+	if err != nil {
+		return "127.0.0.1:6379"
 	}
-	return "127.0.0.1:6379"
+	return parsed.Addr
 }
 
-// PostgresDSN is the database the tests use: $MILLRACE_POSTGRES_DSN or the local "test" database.
+// PostgresDSN is the database the tests use: $MILLRACE_POSTGRES_URL or the local "test" database.
 func PostgresDSN() string {
-	if d := os.Getenv("MILLRACE_POSTGRES_DSN"); d != "" {
-		return d
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
-
-// Unavailable skips tb because service cannot be reached, or fails it under CI=true.
-func Unavailable(tb testing.TB, service string, err error) {
-	tb.Helper()
-	if os.Getenv("CI") == "true" {
-		tb.Fatalf("%s is required under CI=true but unreachable: %v", service, err)
-	}
-	tb.Skipf("SKIP: %s unreachable (%v); start it or set CI=true to make this a failure", service, err)
+	return roottestenv.Getenv("MILLRACE_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 }
 
 // Prefix returns a key prefix unique to this test run, so parallel runs never share records.
@@ -56,14 +49,18 @@ func Redis(tb testing.TB, opts *redis.Options) *redis.Client {
 		opts = &redis.Options{}
 	}
 	if opts.Addr == "" {
-		opts.Addr = RedisAddr()
+		parsed, err := redis.ParseURL(RedisURL())
+		if err != nil {
+			tb.Fatalf("MILLRACE_REDIS_URL %q: %v", RedisURL(), err)
+		}
+		opts.Addr, opts.DB, opts.Username, opts.Password = parsed.Addr, parsed.DB, parsed.Username, parsed.Password
 	}
 	c := redis.NewClient(opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
 		_ = c.Close()
-		Unavailable(tb, "Redis at "+opts.Addr, err)
+		roottestenv.Unreachable(tb, "Redis", opts.Addr, "MILLRACE_REDIS_URL", err)
 	}
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
@@ -101,7 +98,7 @@ func Postgres(tb testing.TB) *pgxpool.Pool {
 		}
 	}
 	if err != nil {
-		Unavailable(tb, "PostgreSQL at "+PostgresDSN(), err)
+		roottestenv.Unreachable(tb, "PostgreSQL", PostgresDSN(), "MILLRACE_POSTGRES_URL", err)
 	}
 	tb.Cleanup(pool.Close)
 	return pool
