@@ -73,13 +73,23 @@ func addedAt(id string) time.Time {
 // with the dead-letter prefix (written by DeadLetter) are merged into the metadata, so that
 // deadletter.FromMessage decodes entries read from a dead-letter stream.
 func decode(id string, values map[string]any) (*message.Message, error) {
+	uuid, hasUUID := values[FieldUUID].(string)
 	payload, hasPayload := values[FieldPayload].(string)
-	msg, err := marshaller.Unmarshal(stringValues(values))
-	if err == nil && !hasPayload {
-		err = fmt.Errorf("no %q field", FieldPayload)
+	rawMD, _ := values[FieldMetadata].(string)
+	var msg *message.Message
+	var err error
+	if md, ok := decodeMetadata(rawMD); hasUUID && hasPayload && (rawMD == "" || ok) {
+		msg = message.NewMessage(uuid, []byte(payload))
+		if md != nil {
+			msg.Metadata = md
+		}
+	} else { // the library's decoder decides, and words the error
+		msg, err = marshaller.Unmarshal(stringValues(values))
+		if err == nil && !hasPayload {
+			err = fmt.Errorf("no %q field", FieldPayload)
+		}
 	}
 	if err != nil {
-		uuid, _ := values[FieldUUID].(string)
 		if uuid == "" {
 			uuid = id
 		}
