@@ -103,12 +103,19 @@ func BenchmarkConsume(b *testing.B) {
 		})
 		runAndWait(b, r.Run, r.Close, done)
 	})
-	for _, window := range []int{1, DefaultWindow, 128} {
-		b.Run(fmt.Sprintf("millrace-window-%d", window), func(b *testing.B) {
-			a := benchAdapter(b, Config{Window: window})
+	for _, v := range []struct {
+		window int
+		budget time.Duration
+	}{{1, 10 * time.Second}, {DefaultWindow, 10 * time.Second}, {128, 10 * time.Second}, {DefaultWindow, 0}} {
+		name := fmt.Sprintf("millrace-window-%d", v.window)
+		if v.budget == 0 {
+			name += "-no-budget" // the Budget middleware's per-message timer is not the adapter's cost
+		}
+		b.Run(name, func(b *testing.B) {
+			a := benchAdapter(b, Config{Window: v.window})
 			stream := uniqueStream(b)
 			fillStream(b, a, stream, b.N)
-			r, err := router.New(router.Config{Adapter: a, Policy: fixed(3, time.Minute), Budget: 10 * time.Second, Logger: quiet})
+			r, err := router.New(router.Config{Adapter: a, Policy: fixed(3, time.Minute), Budget: v.budget, Logger: quiet})
 			if err != nil {
 				b.Fatal(err)
 			}
