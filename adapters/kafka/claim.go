@@ -11,7 +11,7 @@ import (
 )
 
 // groupHandler runs one group session: one goroutine per claimed partition (sarama's), each
-// delivering its records one at a time.
+// feeding its records through a pipeline (see pipeline.go).
 type groupHandler struct {
 	sub   *subscription
 	tiers map[string]time.Duration // retry topic -> its delay (0 if unknown)
@@ -54,9 +54,8 @@ func (h *groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 	return nil
 }
 
-// committed marks rec as done and has its offset committed.
-func (h *groupHandler) committed(sess sarama.ConsumerGroupSession, rec *sarama.ConsumerMessage) {
-	sess.MarkMessage(rec, "")
+// commit has the marks made so far committed: at once, or by the committer.
+func (h *groupHandler) commit(sess sarama.ConsumerGroupSession) {
 	if h.sub.a.cfg.SyncCommit {
 		sess.Commit()
 		return
@@ -67,44 +66,57 @@ func (h *groupHandler) committed(sess sarama.ConsumerGroupSession, rec *sarama.C
 	}
 }
 
-// ConsumeClaim delivers the claim's records in order until the session or subscription ends.
+// ConsumeClaim feeds the claim's records through a pipeline (up to Config.MaxInFlight at once,
+// records of one key in order) until the session or subscription ends. It returns only after every record
+// it handed out was acknowledged or abandoned, so sarama commits the last marks before the
+// partition moves.
 func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	tierDelay, fromRetryTopic := h.tiers[claim.Topic()]
+	p := newPipeline(h, sess, claim.Topic(), claim.Partition())
+	defer p.wg.Wait()
 	for {
+		var rec *sarama.ConsumerMessage
 		select {
-		case rec, ok := <-claim.Messages():
+		case r, ok := <-claim.Messages():
 			if !ok {
 				return nil
 			}
-			if !h.handle(sess, rec, fromRetryTopic, tierDelay) {
-				return nil
-			}
+			rec = r
 		case <-sess.Context().Done():
 			return nil
 		case <-h.sub.ctx.Done():
 			return nil
 		}
+		d, template, decodeErr := h.decode(rec, fromRetryTopic)
+		// Retry records are dispatched in their topic's order, each once due: the tier holds
+		// one delay, so due times rise with the offsets.
+		if fromRetryTopic && decodeErr == nil && !h.waitUntilDue(sess, rec, template.Metadata, tierDelay) {
+			return nil
+		}
+		if !p.admit(&flight{d: d, template: template, decodeErr: decodeErr}) {
+			return nil
+		}
 	}
 }
 
-// handle delivers one record until it is acknowledged, then marks its offset and has it
-// committed. It reports false when the session or subscription ended first; the record is then
-// left uncommitted for the partition's next owner.
-func (h *groupHandler) handle(sess sarama.ConsumerGroupSession, rec *sarama.ConsumerMessage, fromRetryTopic bool, tierDelay time.Duration) bool {
-	s := h.sub
+// decode reads a record's message and attempt history.
+func (h *groupHandler) decode(rec *sarama.ConsumerMessage, fromRetryTopic bool) (delivery, *message.Message, error) {
 	d := delivery{
 		RecordInfo:     RecordInfo{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Timestamp: rec.Timestamp},
-		source:         s.topic,
+		source:         h.sub.topic,
 		fromRetryTopic: fromRetryTopic,
 	}
 	template := toMessage(rec)
-	var decodeErr error
-	d.attempt, decodeErr = decodeAttempt(template.Metadata, fromRetryTopic)
-	if fromRetryTopic && decodeErr == nil {
-		if !h.waitUntilDue(sess, rec, template.Metadata, tierDelay) {
-			return false
-		}
-	}
+	var err error
+	d.attempt, err = decodeAttempt(template.Metadata, fromRetryTopic)
+	return d, template, err
+}
+
+// deliver hands a record to the subscriber until it is acknowledged, and reports whether it
+// was. It reports false when the session or subscription ended first; the record is then left
+// unmarked for the partition's next owner.
+func (h *groupHandler) deliver(sess sarama.ConsumerGroupSession, d delivery, template *message.Message, decodeErr error) bool {
+	s := h.sub
 	d.firstAt = time.Now()
 	for d.count = 1; ; d.count++ {
 		msg := message.NewMessage(template.UUID, template.Payload)
@@ -125,11 +137,10 @@ func (h *groupHandler) handle(sess sarama.ConsumerGroupSession, rec *sarama.Cons
 			return false
 		}
 		// The session may end (rebalance) while the handler runs: keep waiting for the verdict,
-		// since sarama releases the partition only after this claim returns, and a mark made
+		// since sarama releases the partition only after the claim returns, and a mark made
 		// before that is still committed.
 		select {
 		case <-msg.Acked():
-			h.committed(sess, rec)
 			return true
 		case <-msg.Nacked():
 		case <-s.ctx.Done():

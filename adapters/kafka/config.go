@@ -47,6 +47,12 @@ type Config struct {
 	// behind the fetch long-poll on the same broker connection (up to Consumer.MaxWaitTime,
 	// 500 ms by default) for every record.
 	SyncCommit bool
+	// MaxInFlight is how many records of one partition may be handled at once. Records with
+	// the same key (and records without a key, among themselves) are never in flight together,
+	// so per-key order holds; offsets are committed strictly in order, only up to the first
+	// record not yet acknowledged. 1 gives strict partition order. Default 16: with one record
+	// at a time, each retry publish (a broker round trip) stalls its whole partition.
+	MaxInFlight int
 	// NackDelay is how long a nacked record (its retry or dead letter could not be written)
 	// waits before the subscription delivers it again. Default 500 ms.
 	NackDelay time.Duration
@@ -93,6 +99,7 @@ func (c Config) Validate() error {
 		{"RetryRetention", c.RetryRetention < 0, c.RetryRetention.String(), "must not be negative (0 means 7 days)"},
 		{"MaxDelay", c.MaxDelay < 0, c.MaxDelay.String(), "must not be negative (0 means 24h)"},
 		{"MaxTiers", c.MaxTiers < 0, strconv.Itoa(c.MaxTiers), "must not be negative (0 means 8)"},
+		{"MaxInFlight", c.MaxInFlight < 0, strconv.Itoa(c.MaxInFlight), "must not be negative (0 means 16)"},
 		{"NackDelay", c.NackDelay < 0, c.NackDelay.String(), "must not be negative (0 means 500ms)"},
 		{"ReconnectDelay", c.ReconnectDelay < 0, c.ReconnectDelay.String(), "must not be negative (0 means 250ms)"},
 	} {
@@ -126,6 +133,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxTiers == 0 {
 		c.MaxTiers = 8
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 16
 	}
 	if c.NackDelay == 0 {
 		c.NackDelay = 500 * time.Millisecond

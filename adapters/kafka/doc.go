@@ -26,8 +26,10 @@
 //
 // Subscribe(ctx, T) consumes T and all of its retry topics as one consumer-group member, merged
 // into one channel, so the same handler sees first attempts and retries. Each partition is
-// handled by its own goroutine, one record at a time, so a failing record never delays the
-// records behind it: it leaves its partition for a retry topic. A record read from a retry topic
+// handled by its own goroutine, with up to Config.MaxInFlight records in the handler at once but
+// never two of the same key (keyless records count as one key), so per-key order holds. A
+// failing record never delays the records behind it: it leaves its partition for a retry topic,
+// and while its retry is being published records of other keys go on. A record read from a retry topic
 // is delivered no earlier than its not-before header: its goroutine waits on a timer with that
 // partition paused (no fetches), while heartbeats go on in the background and other partitions
 // keep flowing; the wait ends at once when the group rebalances, leaving the record uncommitted
@@ -35,8 +37,9 @@
 //
 // # Offsets
 //
-// Sarama's periodic auto-commit is off. An offset is marked only when its record was
-// acknowledged (success, discard, retry published, dead letter published), and each
+// Sarama's periodic auto-commit is off. An offset is marked only when its record and every
+// earlier record of its partition were acknowledged (success, discard, retry published, dead
+// letter published), and each
 // acknowledgement wakes the session's committer, which commits the marks at once
 // (acknowledgements that arrive while a commit is in flight share the next one).
 // Config.SyncCommit instead makes every record's commit complete before the next record of its

@@ -24,7 +24,8 @@ type subscriber struct {
 }
 
 // Subscribe joins the adapter's consumer group as one member consuming topic and its retry
-// topics, and delivers their records on one channel, one record at a time per partition. The
+// topics (those on the cluster when it joins, and at each rebalance), and delivers their
+// records on one channel, per-key ordered within each partition (see Config.MaxInFlight). The
 // channel closes when ctx is done or the subscriber or adapter is closed. If topic does not
 // exist yet the member keeps retrying every Config.ReconnectDelay, so a subscription may start
 // before Provision creates the topic.
