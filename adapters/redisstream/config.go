@@ -15,7 +15,7 @@ const DefaultURL = "redis://127.0.0.1:6379/0"
 
 // Defaults of Config, applied to zero fields.
 const (
-	DefaultWindow           = 32
+	DefaultWindow           = 64
 	DefaultReadBlock        = 250 * time.Millisecond
 	DefaultProcessingBudget = 30 * time.Second
 	DefaultReclaimInterval  = time.Second
@@ -63,7 +63,7 @@ type Config struct {
 	// Window is how many messages one subscription has in flight (handed out, not yet acked or
 	// nacked). The Watermill router handles them concurrently, so Window > 1 gives up ordering;
 	// Window 1 handles a subscription's entries one at a time in stream order (retries excepted).
-	// It is also the largest read and claim batch. Default 32.
+	// It is also the largest read and claim batch. Default 64.
 	Window int
 	// ReadBlock is how long one XREADGROUP waits for new entries. It bounds how long closing a
 	// subscription takes. Default 250 ms.
@@ -103,7 +103,7 @@ func (c Config) Validate() error {
 	case c.GroupStartID != "" && c.GroupStartID != "0" && c.GroupStartID != "$":
 		return &millrace.ConfigError{Field: "redisstream.Config.GroupStartID", Value: strconv.Quote(c.GroupStartID), Rule: `must be "0" or "$" (empty means "0")`}
 	case c.Window < 0:
-		return &millrace.ConfigError{Field: "redisstream.Config.Window", Value: strconv.Itoa(c.Window), Rule: "must not be negative (0 means 32)"}
+		return &millrace.ConfigError{Field: "redisstream.Config.Window", Value: strconv.Itoa(c.Window), Rule: "must not be negative (0 means 64)"}
 	case c.ReadBlock < 0:
 		return negative("ReadBlock", c.ReadBlock, DefaultReadBlock)
 	case c.ReadBlock > 0 && c.ReadBlock < time.Millisecond:

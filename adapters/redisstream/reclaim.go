@@ -3,6 +3,8 @@ package redisstream
 import (
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -11,8 +13,9 @@ import (
 //
 // Retries (claimDue, every ReclaimInterval): ScheduleRetry put each failed entry's due time in
 // the stream's retry schedule, a sorted set. One Lua call takes the due IDs off the schedule
-// (ZRANGEBYSCORE -inf now LIMIT n, so its cost is O(log S + n) whatever the PEL size), XCLAIMs
-// them and returns them with their delivery counts. Nothing scans the PEL to find retries.
+// (ZRANGEBYSCORE -inf now LIMIT n, so its cost is O(log S + n) whatever the PEL size), then one
+// pipelined round trip XCLAIMs them and reads their new delivery counts. Nothing scans the PEL
+// to find retries.
 //
 // Recovery (recoverStale, every RecoverInterval): entries nobody gave back (their consumer died
 // or overran its budget, or the retry or dead-letter write failed) are found by walking the PEL
@@ -33,24 +36,124 @@ import (
 
 // claimDue hands out up to free retries that are due and reports how many.
 func (s *subscription) claimDue(free int) int {
-	limit := min(free, s.a.cfg.ReclaimBatch)
-	res, err := s.a.scripts.claimDue.Run(s.ctx, s.a.client, []string{s.stream, s.a.retryKey(s.stream)},
-		s.a.cfg.Group, s.consumer, limit).Slice()
+	cfg := &s.a.cfg
+	limit := min(free, cfg.ReclaimBatch)
+	ids, err := s.a.scripts.takeDue.Run(s.ctx, s.a.client, []string{s.a.retryKey(s.stream)}, limit).StringSlice()
 	if err != nil {
 		s.moreDue = false
-		s.failed("claim due retries", err)
+		s.failed("take due retries", err)
 		return 0
 	}
-	entries, counts, gone, err := parseClaim(res)
-	if err != nil {
-		s.moreDue = false
-		s.failed("claim due retries", err)
+	s.moreDue = len(ids) >= limit
+	if len(ids) == 0 {
 		return 0
 	}
-	taken, _ := res[3].(int64) // due IDs taken off the schedule: a full batch means maybe more
-	s.moreDue = int(taken) >= limit
-	s.countDeleted(gone)
-	return s.handOut(entries, counts)
+	// One round trip: the claim (which increments each delivery count), then the new counts of
+	// this consumer's pending entries in the claimed ID range (at most the claimed ones plus
+	// those in flight).
+	lo, hi := idRange(ids)
+	pipe := s.a.client.Pipeline()
+	claim := pipe.XClaim(s.ctx, &redis.XClaimArgs{Stream: s.stream, Group: cfg.Group, Consumer: s.consumer, Messages: ids})
+	pend := pipe.XPendingExt(s.ctx, &redis.XPendingExtArgs{Stream: s.stream, Group: cfg.Group,
+		Start: lo, End: hi, Count: int64(len(ids) + cfg.Window), Consumer: s.consumer})
+	_, _ = pipe.Exec(s.ctx)
+	entries, err := claim.Result()
+	if err != nil { // the entries stay pending: the recovery pass finds them
+		s.failed("XCLAIM", err)
+		return 0
+	}
+	counts := make(map[string]int64, len(entries))
+	if p, err := pend.Result(); err == nil {
+		for _, e := range p {
+			counts[e.ID] = e.RetryCount
+		}
+	}
+	got := make(map[string]struct{}, len(entries))
+	kept := entries[:0]
+	var cs []int64
+	for _, e := range entries {
+		if len(e.Values) == 0 { // Redis < 7 returns deleted entries as nil
+			continue
+		}
+		c, ok := counts[e.ID]
+		if !ok {
+			c = s.countOf(e.ID)
+		}
+		got[e.ID] = struct{}{}
+		kept = append(kept, e)
+		cs = append(cs, c)
+	}
+	if len(got) < len(ids) {
+		var missing []string
+		for _, id := range ids {
+			if _, ok := got[id]; !ok {
+				missing = append(missing, id)
+			}
+		}
+		s.dropDeleted(missing)
+	}
+	return s.handOut(kept, cs)
+}
+
+// countOf reads the delivery count of one pending entry (1 if it cannot be read).
+func (s *subscription) countOf(id string) int64 {
+	p, err := s.a.client.XPendingExt(s.ctx, &redis.XPendingExtArgs{Stream: s.stream, Group: s.a.cfg.Group, Start: id, End: id, Count: 1}).Result()
+	if err != nil || len(p) == 0 {
+		return 1
+	}
+	return p[0].RetryCount
+}
+
+// dropDeleted acknowledges and counts the IDs among ids that no longer exist in the stream
+// (trimmed or deleted); the others were claimed by someone else or acknowledged meanwhile.
+func (s *subscription) dropDeleted(ids []string) {
+	pipe := s.a.client.Pipeline()
+	cmds := make([]*redis.XMessageSliceCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.XRangeN(s.ctx, s.stream, id, id, 1)
+	}
+	_, _ = pipe.Exec(s.ctx)
+	var gone []string
+	for i, cmd := range cmds {
+		if msgs, err := cmd.Result(); err == nil && len(msgs) == 0 {
+			gone = append(gone, ids[i])
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	if err := s.a.client.XAck(s.ctx, s.stream, s.a.cfg.Group, gone...).Err(); err != nil {
+		s.failed("XACK", err)
+		return
+	}
+	s.countDeleted(len(gone))
+}
+
+// idRange returns the smallest and largest of stream entry IDs ("ms-seq").
+func idRange(ids []string) (lo, hi string) {
+	lo, hi = ids[0], ids[0]
+	for _, id := range ids[1:] {
+		if idLess(id, lo) {
+			lo = id
+		}
+		if idLess(hi, id) {
+			hi = id
+		}
+	}
+	return lo, hi
+}
+
+func idLess(a, b string) bool {
+	am, as := splitID(a)
+	bm, bs := splitID(b)
+	return am < bm || am == bm && as < bs
+}
+
+func splitID(id string) (ms, seq uint64) {
+	m, q, _ := strings.Cut(id, "-")
+	ms, _ = strconv.ParseUint(m, 10, 64)
+	seq, _ = strconv.ParseUint(q, 10, 64)
+	return ms, seq
 }
 
 // recoverStale runs one round of the recovery pass and reports how many entries it handed out.

@@ -7,7 +7,7 @@ import "github.com/redis/go-redis/v9"
 // server milliseconds, see retryKey); in a Redis Cluster both hash to the stream's slot.
 type scripts struct {
 	retry      *redis.Script
-	claimDue   *redis.Script
+	takeDue    *redis.Script
 	claimStale *redis.Script
 	deadLetter *redis.Script
 }
@@ -15,7 +15,7 @@ type scripts struct {
 func newScripts() scripts {
 	return scripts{
 		retry:      redis.NewScript(retryScript),
-		claimDue:   redis.NewScript(claimDueScript),
+		takeDue:    redis.NewScript(takeDueScript),
 		claimStale: redis.NewScript(claimStaleScript),
 		deadLetter: redis.NewScript(deadLetterScript),
 	}
@@ -43,35 +43,16 @@ redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], 0, ARGV[2], 'IDLE', 0, 'JUSTID')
 return 1
 `
 
-// claimDueScript claims up to ARGV[3] entries whose retry is due: it takes them off the schedule
-// (so exactly one consumer gets each), XCLAIMs them (which increments their delivery count) and
-// reads each one's new delivery count. Scheduled entries that were trimmed or deleted from the
-// stream are acknowledged and counted.
+// takeDueScript takes up to ARGV[1] entry IDs whose retry is due off the schedule, so that
+// exactly one consumer gets each. The caller XCLAIMs them next, outside the script: entries
+// passed through Lua cost several times more, and if the caller dies in between, the entries
+// are still pending and the recovery pass finds them.
 //
-// KEYS stream, schedule; ARGV group, consumer, limit.
-// Returns {entries as XCLAIM returns them, their delivery counts, number of deleted entries,
-// number of IDs taken off the schedule}.
-const claimDueScript = luaNow + `
-local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
-if #ids == 0 then return {{}, {}, 0, 0} end
-redis.call('ZREM', KEYS[2], unpack(ids))
-local claimed = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(ids))
-local out, counts, got = {}, {}, {}
-for _, e in ipairs(claimed) do
-  if e then
-    got[e[1]] = true
-    out[#out + 1] = e
-    counts[#counts + 1] = redis.call('XPENDING', KEYS[1], ARGV[1], e[1], e[1], 1)[1][4]
-  end
-end
-local gone = 0
-for _, id in ipairs(ids) do
-  if not got[id] and #redis.call('XRANGE', KEYS[1], id, id, 'COUNT', 1) == 0 then
-    redis.call('XACK', KEYS[1], ARGV[1], id)
-    gone = gone + 1
-  end
-end
-return {out, counts, gone, #ids}
+// KEYS schedule; ARGV limit. Returns the IDs.
+const takeDueScript = luaNow + `
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
+return ids
 `
 
 // claimStaleScript recovers entries that nobody gave back (their consumer died, or its retry or
