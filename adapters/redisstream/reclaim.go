@@ -1,10 +1,10 @@
 package redisstream
 
 import (
-	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -20,10 +20,12 @@ import (
 // Recovery (recoverStale, every RecoverInterval): entries nobody gave back (their consumer died
 // or overran its budget, or the retry or dead-letter write failed) are found by walking the PEL
 // with XPENDING IDLE <shortest threshold> and a cursor, n at a time; the ones idle for at least
-// the threshold of their own delivery count, and not on the retry schedule, are claimed with one
-// Lua call that XCLAIMs each with that threshold as MIN-IDLE. Redis skips the entries in flight
-// on its side (about 0.1 µs each), so a pass costs one round trip per n candidates plus a server
-// walk of the PEL; it runs every RecoverInterval (default MinIdle/4), not every tick.
+// the threshold of their own delivery count and not on the retry schedule (ZMSCORE) are claimed
+// with one XCLAIM per distinct threshold, that threshold as MIN-IDLE, pipelined with the read
+// of their new counts: Redis re-checks each idle time atomically, so a consumer racing for the
+// same entry gets nothing. Redis skips the entries in flight on its side (about 0.1 µs each),
+// so a pass costs three round trips per n candidates plus a server walk of the PEL; it runs
+// every RecoverInterval (default MinIdle/4), not every tick.
 //
 // Why not XAUTOCLAIM: it claims every entry idle for at least its one min-idle and increments
 // (or, with JUSTID, resets the idle time of) each, so an entry idle enough for the shortest
@@ -62,36 +64,7 @@ func (s *subscription) claimDue(free int) int {
 		s.failed("XCLAIM", err)
 		return 0
 	}
-	counts := make(map[string]int64, len(entries))
-	if p, err := pend.Result(); err == nil {
-		for _, e := range p {
-			counts[e.ID] = e.RetryCount
-		}
-	}
-	got := make(map[string]struct{}, len(entries))
-	kept := entries[:0]
-	var cs []int64
-	for _, e := range entries {
-		if len(e.Values) == 0 { // Redis < 7 returns deleted entries as nil
-			continue
-		}
-		c, ok := counts[e.ID]
-		if !ok {
-			c = s.countOf(e.ID)
-		}
-		got[e.ID] = struct{}{}
-		kept = append(kept, e)
-		cs = append(cs, c)
-	}
-	if len(got) < len(ids) {
-		var missing []string
-		for _, id := range ids {
-			if _, ok := got[id]; !ok {
-				missing = append(missing, id)
-			}
-		}
-		s.dropDeleted(missing)
-	}
+	kept, cs := s.withCounts(ids, entries, pend)
 	return s.handOut(kept, cs)
 }
 
@@ -174,28 +147,96 @@ func (s *subscription) recoverStale(free int) int {
 	} else {
 		s.cursor, s.moreStale = "("+pend[len(pend)-1].ID, true
 	}
-	args := []any{cfg.Group, s.consumer}
+	var ids []string
+	thresholdOf := map[string]time.Duration{}
 	for _, p := range pend {
 		if t := th.forCount(p.RetryCount); p.Idle >= t {
-			args = append(args, p.ID, t.Milliseconds())
+			ids = append(ids, p.ID)
+			thresholdOf[p.ID] = t
 		}
 	}
-	if len(args) == 2 {
+	if len(ids) == 0 {
 		return 0
 	}
-	res, err := s.a.scripts.claimStale.Run(s.ctx, s.a.client, []string{s.stream, s.a.retryKey(s.stream)}, args...).Slice()
+	// Entries on the retry schedule are claimDue's (a RetryAfter longer than the threshold).
+	// An entry scheduled after this check had its idle time restarted by ScheduleRetry, so the
+	// MIN-IDLE of the XCLAIM below skips it.
+	scores, err := s.a.client.ZMScore(s.ctx, s.a.retryKey(s.stream), ids...).Result()
 	if err != nil {
-		s.failed("recover stale entries", err)
+		s.failed("ZMSCORE", err)
 		return 0
 	}
-	entries, counts, gone, err := parseClaim(res)
-	if err != nil {
-		s.failed("recover stale entries", err)
+	due := map[time.Duration][]string{}
+	var all []string
+	for i, id := range ids {
+		if scores[i] == 0 { // not scheduled: go-redis reads a missing member as 0, no due time is 0
+			t := thresholdOf[id]
+			due[t] = append(due[t], id)
+			all = append(all, id)
+		}
+	}
+	if len(all) == 0 {
 		return 0
 	}
-	s.countDeleted(gone)
-	s.a.stats.recovered.Add(uint64(len(entries)))
-	return s.handOut(entries, counts)
+	lo, hi := idRange(all)
+	pipe := s.a.client.Pipeline()
+	claims := make([]*redis.XMessageSliceCmd, 0, len(due))
+	for t, group := range due {
+		claims = append(claims, pipe.XClaim(s.ctx, &redis.XClaimArgs{
+			Stream: s.stream, Group: cfg.Group, Consumer: s.consumer, MinIdle: t, Messages: group,
+		}))
+	}
+	counts := pipe.XPendingExt(s.ctx, &redis.XPendingExtArgs{Stream: s.stream, Group: cfg.Group,
+		Start: lo, End: hi, Count: int64(len(all) + cfg.Window), Consumer: s.consumer})
+	_, _ = pipe.Exec(s.ctx)
+	var entries []redis.XMessage
+	for _, c := range claims {
+		msgs, err := c.Result()
+		if err != nil {
+			s.failed("XCLAIM", err)
+			continue
+		}
+		entries = append(entries, msgs...)
+	}
+	kept, cs := s.withCounts(all, entries, counts)
+	s.a.stats.recovered.Add(uint64(len(kept)))
+	return s.handOut(kept, cs)
+}
+
+// withCounts pairs the claimed entries with their delivery counts (read in the claim's round
+// trip, or one by one if missing) and acknowledges the asked IDs that turned out deleted.
+func (s *subscription) withCounts(asked []string, entries []redis.XMessage, pend *redis.XPendingExtCmd) ([]redis.XMessage, []int64) {
+	counts := make(map[string]int64, len(entries))
+	if p, err := pend.Result(); err == nil {
+		for _, e := range p {
+			counts[e.ID] = e.RetryCount
+		}
+	}
+	got := make(map[string]struct{}, len(entries))
+	kept := entries[:0]
+	cs := make([]int64, 0, len(entries))
+	for _, e := range entries {
+		if len(e.Values) == 0 { // Redis < 7 returns deleted entries as nil
+			continue
+		}
+		c, ok := counts[e.ID]
+		if !ok {
+			c = s.countOf(e.ID)
+		}
+		got[e.ID] = struct{}{}
+		kept = append(kept, e)
+		cs = append(cs, c)
+	}
+	if len(got) < len(asked) {
+		var missing []string
+		for _, id := range asked {
+			if _, ok := got[id]; !ok {
+				missing = append(missing, id)
+			}
+		}
+		s.dropDeleted(missing)
+	}
+	return kept, cs
 }
 
 // handOut delivers claimed entries; those the stopping loop could not hand out are given back.
@@ -219,39 +260,4 @@ func (s *subscription) countDeleted(n int) {
 	s.a.stats.deletedPending.Add(uint64(n))
 	s.a.cfg.Logger.Warn("redisstream: pending entries were trimmed or deleted from the stream; acknowledged",
 		slog.String("stream", s.stream), slog.Int("entries", n))
-}
-
-// parseClaim decodes the {entries, counts, deleted} reply of the claim scripts.
-func parseClaim(res []any) (entries []redis.XMessage, counts []int64, gone int, err error) {
-	if len(res) < 3 {
-		return nil, nil, 0, fmt.Errorf("redisstream: claim reply has %d elements, want at least 3", len(res))
-	}
-	raw, _ := res[0].([]any)
-	rawCounts, _ := res[1].([]any)
-	n, _ := res[2].(int64)
-	if len(raw) != len(rawCounts) {
-		return nil, nil, 0, fmt.Errorf("redisstream: claim reply has %d entries and %d counts", len(raw), len(rawCounts))
-	}
-	entries = make([]redis.XMessage, 0, len(raw))
-	counts = make([]int64, 0, len(raw))
-	for i, r := range raw {
-		e, ok := r.([]any)
-		if !ok || len(e) != 2 {
-			return nil, nil, 0, fmt.Errorf("redisstream: claim reply entry %d: %T", i, r)
-		}
-		id, _ := e[0].(string)
-		kv, _ := e[1].([]any)
-		values := make(map[string]any, len(kv)/2)
-		for j := 0; j+1 < len(kv); j += 2 {
-			k, _ := kv[j].(string)
-			values[k] = kv[j+1]
-		}
-		c, ok := rawCounts[i].(int64)
-		if !ok {
-			return nil, nil, 0, fmt.Errorf("redisstream: claim reply count %d: %T", i, rawCounts[i])
-		}
-		entries = append(entries, redis.XMessage{ID: id, Values: values})
-		counts = append(counts, c)
-	}
-	return entries, counts, int(n), nil
 }

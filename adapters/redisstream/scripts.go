@@ -8,7 +8,6 @@ import "github.com/redis/go-redis/v9"
 type scripts struct {
 	retry      *redis.Script
 	takeDue    *redis.Script
-	claimStale *redis.Script
 	deadLetter *redis.Script
 }
 
@@ -16,7 +15,6 @@ func newScripts() scripts {
 	return scripts{
 		retry:      redis.NewScript(retryScript),
 		takeDue:    redis.NewScript(takeDueScript),
-		claimStale: redis.NewScript(claimStaleScript),
 		deadLetter: redis.NewScript(deadLetterScript),
 	}
 }
@@ -53,32 +51,6 @@ const takeDueScript = luaNow + `
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
 return ids
-`
-
-// claimStaleScript recovers entries that nobody gave back (their consumer died, or its retry or
-// dead-letter write failed): for each candidate not on the retry schedule, XCLAIM with its own
-// MIN-IDLE (the threshold of its delivery count), so that Redis re-checks the idle time
-// atomically and a consumer racing for the same entry gets nothing. Candidates that were
-// trimmed or deleted from the stream are acknowledged and counted.
-//
-// KEYS stream, schedule; ARGV group, consumer, then (entry ID, min idle ms) pairs.
-// Returns {entries as XCLAIM returns them, their delivery counts, number of deleted entries}.
-const claimStaleScript = `
-local out, counts, gone = {}, {}, 0
-for i = 3, #ARGV, 2 do
-  local id = ARGV[i]
-  if not redis.call('ZSCORE', KEYS[2], id) then
-    local c = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[i + 1], id)
-    if c[1] then
-      out[#out + 1] = c[1]
-      counts[#counts + 1] = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)[1][4]
-    elseif #redis.call('XRANGE', KEYS[1], id, id, 'COUNT', 1) == 0 then
-      redis.call('XACK', KEYS[1], ARGV[1], id)
-      gone = gone + 1
-    end
-  end
-end
-return {out, counts, gone}
 `
 
 // deadLetterScript appends the dead letter and only then acknowledges the original, atomically:

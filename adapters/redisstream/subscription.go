@@ -230,7 +230,7 @@ func (s *subscription) giveBack() {
 	due := make([]redis.Z, 0, len(s.unsent))
 	for _, u := range s.unsent {
 		pipe.Do(ctx, "XCLAIM", s.stream, s.a.cfg.Group, s.consumer, 0, u.id, "IDLE", 0, "RETRYCOUNT", max(u.count-1, 0), "JUSTID")
-		due = append(due, redis.Z{Score: 0, Member: u.id})
+		due = append(due, redis.Z{Score: 1, Member: u.id}) // due at once; never 0 (read as "not scheduled")
 	}
 	pipe.ZAdd(ctx, s.a.retryKey(s.stream), due...)
 	if _, err := pipe.Exec(ctx); err != nil {
