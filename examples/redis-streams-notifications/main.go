@@ -103,7 +103,8 @@ func run() error {
 		return fmt.Errorf("redis at %s: %w (start it, or set MILLRACE_REDIS_URL)", url, err)
 	}
 	dlq := stream + redisstream.DefaultDeadLetterSuffix
-	admin.Del(ctx, stream, dlq) // start every run from an empty stream
+	// Start every run from an empty stream (and retry schedule, see the adapter's doc).
+	admin.Del(ctx, stream, dlq, "millrace:retry:{"+stream+"}:"+group)
 
 	adapter.URL = url
 	adapter.Logger = logger
