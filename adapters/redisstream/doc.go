@@ -14,8 +14,8 @@
 // # Attempts
 //
 // Attempt.Number is the entry's PEL delivery count, read from Redis: 1 for an entry read with
-// XREADGROUP ">", and the count XPENDING reported plus one for an entry the reclaimer claimed
-// (XCLAIM increments it). Source is SourceNative; NativeID is the entry ID; FirstAttemptAt is
+// XREADGROUP ">", and for an entry the reclaimer claimed (XCLAIM increments the count) the
+// count XPENDING reports right after the claim, in the same round trip. Source is SourceNative; NativeID is the entry ID; FirstAttemptAt is
 // the time in the entry ID (when it was appended). The previous error is not carried.
 //
 // # Retries
@@ -25,9 +25,9 @@
 // ScheduleRetry (one Lua script, which first checks that this consumer still owns the entry)
 // records the entry's due time, the failure time plus the delay on the server's clock, in the
 // stream's retry schedule: a sorted set "millrace:retry:{<stream>}:<group>". Every
-// Config.ReclaimInterval each subscription takes the due entries off the schedule and XCLAIMs
-// them in one Lua call (O(log n + due), whatever the PEL size), which increments their delivery
-// count. So each entry waits the delay of its own attempt, and any delay works, a
+// Config.ReclaimInterval each subscription takes the due IDs off the schedule in one Lua call
+// (O(log n + due), whatever the PEL size) and XCLAIMs them in one pipelined round trip, which
+// increments their delivery count. So each entry waits the delay of its own attempt, and any delay works, a
 // millrace.RetryAfter longer than the policy's included. Delays have the resolution of
 // ReclaimInterval.
 //
