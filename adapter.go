@@ -38,7 +38,8 @@ const (
 	// AckOriginal: the retry lives in a new copy (retry topic, delayed republish); ack the original.
 	AckOriginal Disposition = iota + 1
 	// NackOriginal: the broker redelivers the original itself after the delay (Redis PEL reclaim,
-	// RabbitMQ dead-letter to a TTL queue, SQS visibility timeout); nack it and do not ack.
+	// RabbitMQ dead-letter to a TTL queue, SQS visibility timeout); the retry middleware nacks it
+	// and never acks it.
 	NackOriginal
 )
 

@@ -15,9 +15,6 @@ var (
 	ErrPolicyExceedsAdapter = errors.New("millrace: retry policy exceeds what the adapter supports")
 	// ErrExhausted is wrapped by the error of a message that failed on its last allowed attempt.
 	ErrExhausted = errors.New("millrace: retry attempts exhausted")
-	// ErrRetryScheduled is returned (wrapped) by the retry middleware when the adapter delivers the
-	// retry by leaving the original unacknowledged; the router then nacks it, on purpose.
-	ErrRetryScheduled = errors.New("millrace: retry scheduled by the broker, original left unacknowledged")
 	// ErrDeadLetterFailed is wrapped when the poison destination could not be written; the original
 	// is not acknowledged.
 	ErrDeadLetterFailed = errors.New("millrace: dead-letter publish failed")

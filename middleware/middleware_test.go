@@ -79,9 +79,18 @@ func TestRetryBelowCapAcksAfterSchedule(t *testing.T) {
 
 func TestRetryNativeRedeliveryNacks(t *testing.T) {
 	r := &recorder{number: 2, disp: millrace.NackOriginal}
-	_, err := chain(r, policy, failing())(msgWithCtx())
-	if !errors.Is(err, millrace.ErrRetryScheduled) || !errors.Is(err, errDown) {
-		t.Fatalf("err = %v, want ErrRetryScheduled wrapping the cause", err)
+	msg := msgWithCtx()
+	_, err := chain(r, policy, failing())(msg)
+	if err != nil {
+		t.Fatalf("err = %v, want nil: a planned retry is no handler failure", err)
+	}
+	select {
+	case <-msg.Nacked():
+	default:
+		t.Fatal("original not nacked: the broker would not redeliver it")
+	}
+	if msg.Ack() {
+		t.Fatal("the router's Ack after a nil return acknowledged a nacked original")
 	}
 }
 

@@ -34,8 +34,10 @@ func (c RetryConfig) Validate() error { return c.Policy.Validate() }
 
 // Retry turns a Retry outcome below MaxAttempts into a delayed redelivery scheduled through s,
 // and a Retry on the last attempt into a *millrace.ExhaustedError for Poison. It never sleeps:
-// the next message is handled while this one waits. If scheduling fails, the original is nacked
-// (the returned error wraps millrace.ErrRetryPublishFailed) and never acknowledged.
+// the next message is handled while this one waits. Once the retry is scheduled it returns nil:
+// the original is then acked (millrace.AckOriginal) or, when the broker redelivers it itself
+// (millrace.NackOriginal), nacked here. If scheduling fails, the returned error wraps
+// millrace.ErrRetryPublishFailed, the router nacks, and the original is never acknowledged.
 func Retry(s RetryScheduler, cfg RetryConfig) message.HandlerMiddleware {
 	logger := cfg.Logger
 	if logger == nil {
@@ -76,13 +78,17 @@ func Retry(s RetryScheduler, cfg RetryConfig) message.HandlerMiddleware {
 			if serr != nil {
 				return nil, fmt.Errorf("%w: %w (attempt %d failed with: %w)", millrace.ErrRetryPublishFailed, serr, a.Number, oe.Err)
 			}
-			logger.DebugContext(ctx, "millrace: retry scheduled",
+			logger.InfoContext(ctx, "millrace: attempt failed, retry scheduled",
 				slog.String("message_uuid", msg.UUID), slog.Int("attempt", a.Number),
+				slog.Int("max_attempts", cfg.Policy.MaxAttempts),
 				slog.Duration("delay", delay), slog.String("error", oe.Err.Error()))
-			if disp == millrace.AckOriginal {
-				return nil, nil
+			if disp == millrace.NackOriginal {
+				// The broker redelivers the original itself; nack it here and report no error,
+				// so a planned retry is not logged by the router as a handler failure. The
+				// router's own Ack after a nil return is then a no-op.
+				msg.Nack()
 			}
-			return nil, fmt.Errorf("%w: attempt %d: %w", millrace.ErrRetryScheduled, a.Number, oe.Err)
+			return nil, nil
 		}
 	}
 }
