@@ -86,10 +86,10 @@ func run() error {
 	if url == "" {
 		url = redisstream.DefaultURL
 	}
-	// The adapter logs warnings (trimmed entries, failed acks). The router's log is muted: it
-	// reports every scheduled retry as a handler error, and the example prints its own lines.
+	// Warnings only (trimmed entries, failed acks, dead letters): the example prints its own
+	// line per attempt, which the Info line per scheduled retry would repeat.
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	routerLog := slog.New(slog.DiscardHandler)
+	routerLog := logger
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
