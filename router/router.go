@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/millrace/millrace"
@@ -33,7 +32,7 @@ func New(cfg Config) (*Router, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	wm, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, watermill.NewSlogLogger(cfg.Logger))
+	wm, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, newGatedLogger(cfg.Logger))
 	if err != nil {
 		return nil, fmt.Errorf("millrace router: %w", err)
 	}
