@@ -22,6 +22,12 @@ type NewStore func(t *testing.T) deadletter.Store
 type Options struct {
 	// TextPayloadsOnly declares that payloads must be valid UTF-8 (SQS bodies).
 	TextPayloadsOnly bool
+	// TextMetadataOnly declares that metadata keys and values must be valid UTF-8 (SQS message
+	// attributes): the binary test then uses text metadata, still with a NUL and non-ASCII.
+	TextMetadataOnly bool
+	// NonEmptyPayloads declares that a payload must hold at least one byte (SQS bodies): the
+	// empty-payload check is skipped.
+	NonEmptyPayloads bool
 	// NoDedup declares that Put stores a second copy of a delivery it already holds (a broker
 	// destination cannot look records up by delivery).
 	NoDedup bool
@@ -149,12 +155,19 @@ func testBinary(t *testing.T, s deadletter.Store, opts Options) {
 		want.Payload = []byte{0x00, 0xff, 0xfe, '{', 0x80, '\n', 0x00}
 	}
 	want.Metadata = map[string]string{"plain": "ok", "nul": "a\x00b", "latin1": "caf\xe9", "\xff key": "v"}
+	if opts.TextMetadataOnly {
+		want.Metadata = map[string]string{"plain": "ok", "nul": "a\x00b", "utf8": "café ✓", "ü key": "v"}
+	}
 	e, err := s.Get(context.Background(), put(t, s, want))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := Equal(e.Record, want); d != "" {
 		t.Fatal(d)
+	}
+	if opts.NonEmptyPayloads {
+		t.Log("store declares NonEmptyPayloads: the empty-payload check is skipped")
+		return
 	}
 	empty := Sample(3, "bin", deadletter.Malformed)
 	empty.Payload = nil
