@@ -57,7 +57,9 @@ func createDLQ(t *testing.T, a *sqs.Adapter) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = a.Client().DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: out.QueueUrl}) })
+	t.Cleanup(func() {
+		_, _ = a.Client().DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: out.QueueUrl})
+	})
 	return topic
 }
 
