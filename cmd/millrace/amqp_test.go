@@ -123,3 +123,51 @@ func deleteAMQP(t *testing.T, objects [][2]string) {
 		_ = ch.Close()
 	}
 }
+
+// TestEndToEndRabbitMQDeadLetterQueue: the message exhausts its retries into RabbitMQ's own
+// <queue>.dlq; the CLI reads, replays and empties that queue.
+func TestEndToEndRabbitMQDeadLetterQueue(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, err := amqp.New(ctx, amqp.Config{URL: amqpURL(), RequeueDelay: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		testenv.Unreachable(t, "RabbitMQ", amqpURL(), envAMQPURL, err)
+	}
+	topic := fmt.Sprintf("millrace-test.cli.%08x", rand.Uint32())
+	t.Cleanup(func() {
+		objects := [][2]string{{"queue", topic}, {"queue", a.DeadLetterTopic(topic)}, {"exchange", topic}, {"exchange", topic + ".dlx"}}
+		for _, q := range a.RetryQueues(topic) {
+			objects = append(objects, [2]string{"queue", q})
+		}
+		_ = a.Close()
+		deleteAMQP(t, objects)
+	})
+	h := runFailingRouter(t, a, topic, millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(100 * time.Millisecond)}, 0)
+	payload := `{"sku":"A-17","qty":2,"note":"naïve ✓"}`
+	if err := a.Publisher().Publish(topic, message.NewMessage("uuid-amqp-dlq-e2e", []byte(payload))); err != nil {
+		t.Fatal(err)
+	}
+	dlq := a.DeadLetterTopic(topic)
+	brokerDLQRoundTrip(t, h, amqpURL(), topic, "uuid-amqp-dlq-e2e", payload, amqp.BrokerName, 3, func() int { return amqpDepth(t, dlq) })
+}
+
+// amqpDepth returns the number of messages in queue, ready or not (a passive declare counts
+// ready ones; a held message would be missing, so wait until the broker settled).
+func amqpDepth(t *testing.T, queue string) int {
+	t.Helper()
+	conn, err := amqp091.Dial(amqpURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q.Messages
+}

@@ -64,7 +64,8 @@ Filter:
   --since T  --until T   (RFC 3339, 2006-01-02, or a duration ago such as 90m or 24h)
 
 Replay target:
-  --broker URL     redis://, amqp://, kafka://host:port, sqs://... (env MILLRACE_BROKER)
+  --broker URL     redis://, amqp://, kafka://host:port, sqs+http://host:port or
+                   sqs+https://sqs.<region>.amazonaws.com (env MILLRACE_BROKER)
 
 Exit status: 0 done, 1 failed (nothing changed unless the message says so), 2 bad usage.
 `

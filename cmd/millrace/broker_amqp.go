@@ -12,6 +12,7 @@ import (
 
 	"github.com/millrace/millrace/adapters/amqp"
 	"github.com/millrace/millrace/deadletter"
+	"github.com/millrace/millrace/deadletter/amqpstore"
 )
 
 // amqpBroker is RabbitMQ through adapters/amqp with its default topology: a topic's exchange
@@ -56,8 +57,10 @@ func (b *amqpBroker) TopicExists(_ context.Context, topic string) (bool, error) 
 
 func (b *amqpBroker) DeadLetterTopic(topic string) string { return b.a.DeadLetterTopic(topic) }
 
-func (b *amqpBroker) DeadLetters(context.Context, string) (deadletter.Store, error) {
-	return nil, fmt.Errorf("%w (a RabbitMQ queue cannot be read by id; use the table store)", errNoDeadLetterStore)
+// DeadLetters reads the DLQ through package amqpstore: the command takes the whole queue
+// unacknowledged, acks what it deletes and requeues the rest when it ends.
+func (b *amqpBroker) DeadLetters(_ context.Context, dlq string) (deadletter.Store, error) {
+	return amqpstore.New(b.conn, dlq, amqpstore.Config{Marshaler: b.a.Marshaler()})
 }
 
 // prepareReplay restores the original routing key: the dead letter may have come back through

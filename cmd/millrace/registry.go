@@ -52,6 +52,10 @@ func defaultBrokers() map[string]BrokerOpener {
 		"rediss": openRedis,
 		"amqp":   openAMQP,
 		"amqps":  openAMQP,
+		// Kafka and SQS take the URL forms of examples/kafka-to-sqs: one syntax everywhere.
+		"kafka":     openKafka,
+		"sqs+http":  openSQS,
+		"sqs+https": openSQS,
 	}
 }
 

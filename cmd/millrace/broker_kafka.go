@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/millrace/millrace/adapters/kafka"
+	"github.com/millrace/millrace/deadletter"
+	"github.com/millrace/millrace/deadletter/kafkastore"
+)
+
+// kafkaBroker is Kafka through adapters/kafka: replays are acknowledged (acks=all) publishes
+// keyed by the dead letter's original key, and dead letters are read from the adapter's
+// dead-letter topics with removed marks in "<dlq>.replayed" (package kafkastore).
+type kafkaBroker struct {
+	a      *kafka.Adapter
+	client sarama.Client
+
+	mu   sync.Mutex
+	keys map[string]string // message UUID -> record key of the replay being published
+}
+
+// openKafka connects to kafka://host:port[,host:port...], the URL form of
+// examples/kafka-to-sqs.
+func openKafka(_ context.Context, u *url.URL) (Broker, error) {
+	brokers := strings.Split(u.Host, ",")
+	client, err := sarama.NewClient(brokers, kafkastore.SaramaConfig(nil))
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	b := &kafkaBroker{client: client, keys: map[string]string{}}
+	// The CLI never consumes: the group is required by the adapter but unused.
+	b.a, err = kafka.New(kafka.Config{Brokers: brokers, ConsumerGroup: "millrace-cli", PartitionKey: b.partitionKey})
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *kafkaBroker) Publisher() message.Publisher { return b.a.Publisher() }
+
+// partitionKey keys a replay by its dead letter's original key, so it lands in the partition
+// of the key's other records (keyless dead letters get the empty key).
+func (b *kafkaBroker) partitionKey(_ string, msg *message.Message) (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.keys[msg.UUID], nil
+}
+
+func (b *kafkaBroker) prepareReplay(rec deadletter.Record, msg *message.Message) {
+	b.mu.Lock()
+	b.keys[msg.UUID] = rec.OriginalKey
+	b.mu.Unlock()
+}
+
+// TopicExists reports whether topic is in the cluster metadata: the adapter never creates a
+// topic on publish, and a publish to a missing topic would fail after Sarama's retries.
+func (b *kafkaBroker) TopicExists(_ context.Context, topic string) (bool, error) {
+	return kafkastore.TopicExists(b.client, topic)
+}
+
+func (b *kafkaBroker) DeadLetterTopic(topic string) string { return b.a.DeadLetterTopic(topic) }
+
+func (b *kafkaBroker) DeadLetters(_ context.Context, dlq string) (deadletter.Store, error) {
+	return kafkastore.New(b.client, dlq, kafkastore.Config{})
+}
+
+func (b *kafkaBroker) Close() error {
+	err := b.a.Close()
+	_ = b.client.Close()
+	return err
+}
