@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +18,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/internal/testenv"
 	"github.com/millrace/millrace/router"
 )
 
@@ -117,5 +122,44 @@ func brokerDLQRoundTrip(t *testing.T, h *failingHandler, storeURL, topic, uuid, 
 	time.Sleep(200 * time.Millisecond) // a duplicate delivery would show up here
 	if n := len(h.attempts()); n != 1 {
 		t.Errorf("handled %d times, want once", n)
+	}
+}
+
+// TestBrokerBadInput: an unreachable Kafka or SQS replay target, and a broker dead-letter
+// destination that does not exist, are each one line on stderr and exit 1, with no change.
+func TestBrokerBadInput(t *testing.T) {
+	store := newTable(t)
+	id := put(t, store, sample(1, "orders"))
+	c := newCLI(t, tableName(store), nil)
+	type tc struct {
+		name, want string
+		args       []string
+	}
+	cases := []tc{
+		{"unreachable kafka", "broker kafka://127.0.0.1:1", []string{"dlq", "replay", id, "--reset-history", "--broker", "kafka://127.0.0.1:1"}},
+		{"unreachable sqs", "broker sqs+http://127.0.0.1:1", []string{"dlq", "replay", id, "--reset-history", "--broker", "sqs+http://127.0.0.1:1"}},
+	}
+	missing := fmt.Sprintf("millrace-test.cli.missing.%08x", rand.Uint32())
+	if conn, err := net.DialTimeout("tcp", "127.0.0.1:5672", time.Second); err == nil {
+		_ = conn.Close()
+		cases = append(cases, tc{"missing rabbitmq dlq", "queue does not exist: " + missing + ".dlq", []string{"dlq", "list", "--store", amqpURL(), "--topic", missing}})
+	}
+	if conn, err := net.DialTimeout("tcp", strings.Split(testenv.Getenv(envKafkaBrokers, "127.0.0.1:19092"), ",")[0], time.Second); err == nil {
+		_ = conn.Close()
+		cases = append(cases, tc{"missing kafka dlq", "topic does not exist: " + missing + ".dlq", []string{"dlq", "list", "--store", "kafka://" + testenv.Getenv(envKafkaBrokers, "127.0.0.1:19092"), "--topic", missing}})
+	}
+	if ep := os.Getenv(envSQSEndpoint); ep != "" {
+		cases = append(cases, tc{"missing sqs dlq", "queue does not exist", []string{"dlq", "list", "--store", "sqs+" + ep, "--topic", missing}})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := c.run("", tc.args...)
+			if r.code != 1 || !strings.Contains(r.stderr, tc.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || r.stdout != "" {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 and one line containing %q", r.code, r.stdout, r.stderr, tc.want)
+			}
+		})
+	}
+	if n := count(t, store); n != 1 {
+		t.Fatalf("%d dead letters in the table, want the 1 untouched", n)
 	}
 }
