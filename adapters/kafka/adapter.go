@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 
 	"github.com/IBM/sarama"
-	"github.com/ThreeDotsLabs/watermill"
 	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -53,7 +52,7 @@ func New(cfg Config) (*Adapter, error) {
 		Brokers:               cfg.Brokers,
 		Marshaler:             marshaler{partitionKey: cfg.PartitionKey},
 		OverwriteSaramaConfig: sc,
-	}, watermill.NewSlogLogger(cfg.Logger))
+	}, newGatedLogger(cfg.Logger))
 	if err != nil {
 		return nil, fmt.Errorf("kafka: connect producer to %v: %w", cfg.Brokers, err)
 	}

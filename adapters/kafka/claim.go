@@ -73,7 +73,7 @@ func (h *groupHandler) commit(sess sarama.ConsumerGroupSession) {
 func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	tierDelay, fromRetryTopic := h.tiers[claim.Topic()]
 	p := newPipeline(h, sess, claim.Topic(), claim.Partition())
-	defer p.wg.Wait()
+	defer p.close()
 	for {
 		var rec *sarama.ConsumerMessage
 		select {
@@ -87,46 +87,52 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 		case <-h.sub.ctx.Done():
 			return nil
 		}
-		d, template, decodeErr := h.decode(rec, fromRetryTopic)
+		f := h.decode(rec, fromRetryTopic)
 		// Retry records are dispatched in their topic's order, each once due: the tier holds
 		// one delay, so due times rise with the offsets.
-		if fromRetryTopic && decodeErr == nil && !h.waitUntilDue(sess, rec, template.Metadata, tierDelay) {
+		if fromRetryTopic && f.decodeErr == nil && !h.waitUntilDue(sess, rec, f.msg.Metadata, tierDelay) {
 			return nil
 		}
-		if !p.admit(&flight{d: d, template: template, decodeErr: decodeErr}) {
+		if !p.admit(f) {
 			return nil
 		}
 	}
 }
 
 // decode reads a record's message and attempt history.
-func (h *groupHandler) decode(rec *sarama.ConsumerMessage, fromRetryTopic bool) (delivery, *message.Message, error) {
-	d := delivery{
-		RecordInfo:     RecordInfo{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Timestamp: rec.Timestamp},
-		source:         h.sub.topic,
-		fromRetryTopic: fromRetryTopic,
+func (h *groupHandler) decode(rec *sarama.ConsumerMessage, fromRetryTopic bool) *flight {
+	f := &flight{
+		d: delivery{
+			RecordInfo:     RecordInfo{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Timestamp: rec.Timestamp},
+			source:         h.sub.topic,
+			fromRetryTopic: fromRetryTopic,
+		},
+		rec: rec,
+		msg: toMessage(rec),
 	}
-	template := toMessage(rec)
-	var err error
-	d.attempt, err = decodeAttempt(template.Metadata, fromRetryTopic)
-	return d, template, err
+	f.d.attempt, f.decodeErr = decodeAttempt(f.msg.Metadata, fromRetryTopic)
+	return f
 }
 
 // deliver hands a record to the subscriber until it is acknowledged, and reports whether it
 // was. It reports false when the session or subscription ended first; the record is then left
 // unmarked for the partition's next owner.
-func (h *groupHandler) deliver(sess sarama.ConsumerGroupSession, d delivery, template *message.Message, decodeErr error) bool {
+func (h *groupHandler) deliver(sess sarama.ConsumerGroupSession, f *flight) bool {
 	s := h.sub
+	d := f.d
 	d.firstAt = time.Now()
 	for d.count = 1; ; d.count++ {
-		msg := message.NewMessage(template.UUID, template.Payload)
-		for k, v := range template.Metadata {
-			msg.Metadata[k] = v
+		// The first delivery takes the message decoded for admission; a redelivery decodes the
+		// record again, since the handler may have changed the first one's metadata.
+		msg := f.msg
+		f.msg = nil
+		if msg == nil {
+			msg = toMessage(f.rec)
 		}
 		dc := d // each delivery gets its own state: the previous one may still be referenced
 		ctx := withDelivery(s.ctx, &dc)
-		if decodeErr != nil {
-			ctx = millrace.WithDecodeError(ctx, decodeErr)
+		if f.decodeErr != nil {
+			ctx = millrace.WithDecodeError(ctx, f.decodeErr)
 		}
 		msg.SetContext(ctx)
 		select {

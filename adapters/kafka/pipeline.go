@@ -18,35 +18,43 @@ import (
 // round trip far longer than handling a healthy record. One record at a time, every failing
 // record would stall its partition for that round trip; in flight together, records of other
 // keys go on meanwhile.
+//
+// Records are handled by up to MaxInFlight worker goroutines per partition, started as needed
+// and kept for the session: a goroutine per record would cost a spawn and, worse, a stack
+// grown from scratch every time.
 type pipeline struct {
 	h         *groupHandler
 	sess      sarama.ConsumerGroupSession
 	topic     string
 	partition int32
 	slots     chan struct{} // one token per admitted record not yet finished
+	work      chan *flight  // records ready to run (first of their key in flight)
 	wg        sync.WaitGroup
 
 	mu      sync.Mutex
+	workers int                  // worker goroutines started
+	idle    int                  // workers waiting on work
 	lines   map[string][]*flight // key -> records waiting behind the one in flight; present while busy
-	pending []int64              // admitted offsets not yet marked, ascending
-	acked   map[int64]bool       // acknowledged offsets not yet marked
+	pending []*flight            // admitted records not yet marked, by offset
 }
 
 // flight is one admitted record.
 type flight struct {
 	d         delivery
-	template  *message.Message
+	rec       *sarama.ConsumerMessage
+	msg       *message.Message // its first delivery's message, decoded once
 	decodeErr error
+	key       string
+	acked     bool // acknowledged, waiting for an earlier offset to be acknowledged first
 }
 
-func (f *flight) key() string { return string(f.d.Key) }
-
 func newPipeline(h *groupHandler, sess sarama.ConsumerGroupSession, topic string, partition int32) *pipeline {
+	n := h.sub.a.cfg.MaxInFlight
 	return &pipeline{
 		h: h, sess: sess, topic: topic, partition: partition,
-		slots: make(chan struct{}, h.sub.a.cfg.MaxInFlight),
+		slots: make(chan struct{}, n),
+		work:  make(chan *flight, n),
 		lines: map[string][]*flight{},
-		acked: map[int64]bool{},
 	}
 }
 
@@ -60,25 +68,52 @@ func (p *pipeline) admit(f *flight) bool {
 	case <-p.h.sub.ctx.Done():
 		return false
 	}
+	f.key = string(f.d.Key)
 	p.wg.Add(1)
 	p.mu.Lock()
-	p.pending = append(p.pending, f.d.Offset)
-	line, busy := p.lines[f.key()]
-	p.lines[f.key()] = append(line, f)
+	p.pending = append(p.pending, f)
+	line, busy := p.lines[f.key]
+	p.lines[f.key] = append(line, f)
+	spawn := false
+	if !busy {
+		if p.idle > 0 {
+			p.idle--
+		} else {
+			p.workers++
+			spawn = true
+		}
+	}
 	p.mu.Unlock()
 	if !busy {
-		go p.run(f)
+		// Never blocks: at most MaxInFlight records are admitted, so at most that many wait.
+		p.work <- f
+		if spawn {
+			go p.worker()
+		}
 	}
 	return true
 }
 
-// run delivers f, then starts the next record of its key. Once the session ended, records
+// close stops the workers once every admitted record finished.
+func (p *pipeline) close() {
+	p.wg.Wait()
+	close(p.work)
+}
+
+// worker runs records handed to it until the pipeline closes.
+func (p *pipeline) worker() {
+	for f := range p.work {
+		p.run(f)
+	}
+}
+
+// run delivers f, then the records of its key queued behind it. Once the session ended, records
 // still waiting in line are dropped unmarked, for the partition's next owner.
 func (p *pipeline) run(f *flight) {
 	for f != nil {
 		acked := false
 		if p.sess.Context().Err() == nil && p.h.sub.ctx.Err() == nil {
-			acked = p.h.deliver(p.sess, f.d, f.template, f.decodeErr)
+			acked = p.h.deliver(p.sess, f)
 		}
 		f = p.finish(f, acked)
 	}
@@ -90,20 +125,25 @@ func (p *pipeline) run(f *flight) {
 func (p *pipeline) finish(f *flight, acked bool) (next *flight) {
 	defer p.wg.Done()
 	p.mu.Lock()
-	line := p.lines[f.key()][1:]
+	line := p.lines[f.key][1:]
 	if len(line) > 0 {
 		next = line[0]
-		p.lines[f.key()] = line
+		p.lines[f.key] = line
 	} else {
-		delete(p.lines, f.key())
+		delete(p.lines, f.key)
+		p.idle++ // its worker goes back for work, so workers never outnumber the keys in flight
 	}
 	mark := int64(-1)
 	if acked {
-		p.acked[f.d.Offset] = true
-		for len(p.pending) > 0 && p.acked[p.pending[0]] {
-			mark = p.pending[0]
-			delete(p.acked, mark)
-			p.pending = p.pending[1:]
+		f.acked = true
+		n := 0
+		for n < len(p.pending) && p.pending[n].acked {
+			mark = p.pending[n].d.Offset
+			n++
+		}
+		if n > 0 {
+			clear(p.pending[:n]) // let the records go
+			p.pending = p.pending[n:]
 		}
 	}
 	if mark >= 0 {

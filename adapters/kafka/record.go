@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -65,7 +66,18 @@ func Record(msg *message.Message) (info RecordInfo, ok bool) {
 // nativeID names a record for logs and dead-letter records: topic-partition@offset, as Kafka
 // tools print it.
 func (r RecordInfo) nativeID() string {
-	return fmt.Sprintf("%s-%d@%d", r.Topic, r.Partition, r.Offset)
+	return positionID(r.Topic, r.Partition, r.Offset)
+}
+
+// positionID formats topic-partition@offset without fmt: it runs for every delivery.
+func positionID(topic string, partition int32, offset int64) string {
+	b := make([]byte, 0, len(topic)+24)
+	b = append(b, topic...)
+	b = append(b, '-')
+	b = strconv.AppendInt(b, int64(partition), 10)
+	b = append(b, '@')
+	b = strconv.AppendInt(b, offset, 10)
+	return string(b)
 }
 
 // recordKey carries the key a retry or dead-letter publish must keep.
@@ -109,7 +121,7 @@ func toMessage(rec *sarama.ConsumerMessage) *message.Message {
 	uuid := md[wmkafka.UUIDHeaderKey]
 	delete(md, wmkafka.UUIDHeaderKey)
 	if uuid == "" {
-		uuid = fmt.Sprintf("%s-%d@%d", rec.Topic, rec.Partition, rec.Offset)
+		uuid = positionID(rec.Topic, rec.Partition, rec.Offset)
 	}
 	msg := message.NewMessage(uuid, rec.Value)
 	msg.Metadata = md
