@@ -86,4 +86,3 @@ func sqsDepth(t *testing.T, a *sqs.Adapter, queue string) int {
 	}
 	return n
 }
-
