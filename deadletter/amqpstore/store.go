@@ -84,13 +84,15 @@ type Store struct {
 	queue string
 	cfg   Config
 
-	mu     sync.Mutex
-	ch     *amqp091.Channel // holds the unacknowledged deliveries
-	pub    *amqp091.Channel // confirm mode, for Put
-	log    snapshot.Log[uint64]
-	seq    int64 // arrival number of the next message taken
-	live   int   // messages held and not deleted
-	closed bool
+	mu  sync.Mutex
+	ch  *amqp091.Channel // holds the unacknowledged deliveries
+	pub *amqp091.Channel // confirm mode, for Put
+	// returns receives the messages the broker returned as unroutable (mandatory publishes).
+	returns <-chan amqp091.Return
+	log     snapshot.Log[uint64]
+	seq     int64 // arrival number of the next message taken
+	live    int   // messages held and not deleted
+	closed  bool
 }
 
 var _ deadletter.Store = (*Store)(nil)
@@ -225,12 +227,13 @@ func (s *Store) publish(ctx context.Context, rec deadletter.Record) error {
 			return fmt.Errorf("amqpstore: put: confirm mode: %w", err)
 		}
 		s.pub = ch
+		// One listener for the channel's life: amqp091 delivers every return to every listener.
+		s.returns = ch.NotifyReturn(make(chan amqp091.Return, 16))
 	}
 	p, err := s.cfg.Marshaler.Marshal(rec.Message())
 	if err != nil {
 		return fmt.Errorf("amqpstore: put: %w", err)
 	}
-	returns := s.pub.NotifyReturn(make(chan amqp091.Return, 1))
 	dc, err := s.pub.PublishWithDeferredConfirmWithContext(ctx, "", s.queue, true, false, p)
 	if err != nil {
 		return fmt.Errorf("amqpstore: put to %s: %w", s.queue, err)
@@ -240,7 +243,7 @@ func (s *Store) publish(ctx context.Context, rec deadletter.Record) error {
 		return fmt.Errorf("amqpstore: put to %s: %w", s.queue, err)
 	}
 	select {
-	case r := <-returns: // a return arrives before the confirm of its message
+	case r := <-s.returns: // a return arrives before the confirm of its message
 		return fmt.Errorf("amqpstore: put to %s: returned by the broker: %s", s.queue, r.ReplyText)
 	default:
 	}
