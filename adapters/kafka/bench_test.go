@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,6 +79,19 @@ func BenchmarkRetryIsolation(b *testing.B) {
 type benchRun struct {
 	healthyPerSec float64 // healthy records per second
 	firstPerSec   float64 // first-attempt handler calls (healthy and failing) per second
+	// cpuPerRecord is this process's CPU time (all goroutines, the broker's excluded) from the
+	// first handler call to the last healthy record, per record: unlike the rates, it hardly
+	// moves when other processes compete for the CPU.
+	cpuPerRecord time.Duration
+}
+
+// processCPU returns the CPU time this process used so far, in nanoseconds.
+func processCPU() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // benchRounds runs the three fast variants rounds times, interleaved, and reports medians.
@@ -110,6 +124,12 @@ func benchRounds(b *testing.B, records, rounds int) {
 			hs := healthyRates(v.runs)
 			b.Logf("%-24s healthy/s median %6.0f  min %6.0f  max %6.0f  runs %.0f", v.name, median(hs), slices.Min(hs), slices.Max(hs), hs)
 			b.ReportMetric(median(hs), v.name+"/s")
+			cpu := make([]float64, len(v.runs))
+			for i, r := range v.runs {
+				cpu[i] = float64(r.cpuPerRecord.Nanoseconds()) / 1000
+			}
+			b.Logf("%-24s CPU µs/record median %5.1f  min %5.1f  max %5.1f", v.name, median(cpu), slices.Min(cpu), slices.Max(cpu))
+			b.ReportMetric(median(cpu), v.name+"_cpu_µs/record")
 		}
 		firsts := make([]float64, rounds)
 		for r := range failing {
@@ -147,6 +167,7 @@ type benchClock struct {
 	healthyN, firstN       atomic.Int64
 	start                  atomic.Int64 // unix nanos of the first handler call
 	lastHealthy, lastFirst atomic.Int64 // unix nanos of the last healthy record and first attempt
+	cpuStart, cpuEnd       atomic.Int64 // this process's CPU time (user+system, ns) at start and at the last healthy record
 	all                    chan struct{}
 	once                   sync.Once
 }
@@ -161,12 +182,15 @@ func newBenchClock(records int, failing bool) *benchClock {
 
 // call records a handler call: healthy or not, first attempt or not.
 func (c *benchClock) call(healthy, first bool) {
-	c.start.CompareAndSwap(0, time.Now().UnixNano())
+	if c.start.CompareAndSwap(0, time.Now().UnixNano()) {
+		c.cpuStart.Store(processCPU())
+	}
 	if first && c.firstN.Add(1) == c.wantFirst {
 		c.lastFirst.Store(time.Now().UnixNano())
 	}
 	if healthy && c.healthyN.Add(1) == c.wantHealthy {
 		c.lastHealthy.Store(time.Now().UnixNano())
+		c.cpuEnd.Store(processCPU())
 		c.once.Do(func() { close(c.all) })
 	}
 }
@@ -179,7 +203,10 @@ func (c *benchClock) result(b *testing.B, what string) benchRun {
 		b.Fatalf("%s: %d of %d healthy records after 10 minutes", what, c.healthyN.Load(), c.wantHealthy)
 	}
 	start := c.start.Load()
-	r := benchRun{healthyPerSec: float64(c.wantHealthy) / time.Duration(c.lastHealthy.Load()-start).Seconds()}
+	r := benchRun{
+		healthyPerSec: float64(c.wantHealthy) / time.Duration(c.lastHealthy.Load()-start).Seconds(),
+		cpuPerRecord:  time.Duration(c.cpuEnd.Load()-c.cpuStart.Load()) / time.Duration(c.wantFirst),
+	}
 	if last := c.lastFirst.Load(); last != 0 {
 		r.firstPerSec = float64(c.wantFirst) / time.Duration(last-start).Seconds()
 	}

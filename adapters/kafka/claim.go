@@ -27,18 +27,27 @@ func newGroupHandler(sub *subscription, tiers map[string]time.Duration) *groupHa
 }
 
 // Setup starts the session's committer: it commits the marked offsets whenever a record was
-// acknowledged, one commit at a time, so acknowledgements arriving during a commit share the
-// next one.
+// acknowledged, one commit at a time and at most one per Config.CommitInterval, so
+// acknowledgements arriving during a commit or the interval after it share the next one.
 func (h *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
 	h.sub.a.sessions.Add(1)
+	interval := h.sub.a.cfg.CommitInterval
 	go func() {
 		defer close(h.stopped)
+		pause := time.NewTimer(interval)
+		defer pause.Stop()
 		for {
 			select {
 			case <-h.commitNow:
 				sess.Commit()
 			case <-h.stop:
 				return
+			}
+			pause.Reset(interval)
+			select {
+			case <-pause.C:
+			case <-h.stop:
+				return // Cleanup commits the marks made meanwhile
 			}
 		}
 	}()

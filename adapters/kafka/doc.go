@@ -26,7 +26,8 @@
 //
 // Subscribe(ctx, T) consumes T and all of its retry topics as one consumer-group member, merged
 // into one channel, so the same handler sees first attempts and retries. Each partition is
-// handled by its own goroutine, with up to Config.MaxInFlight records in the handler at once but
+// read by its own goroutine and handed to a few long-lived workers, with up to
+// Config.MaxInFlight records in the handler at once but
 // never two of the same key (keyless records count as one key), so per-key order holds. A
 // failing record never delays the records behind it: it leaves its partition for a retry topic,
 // and while its retry is being published records of other keys go on. A record read from a retry topic
@@ -40,8 +41,10 @@
 // Sarama's periodic auto-commit is off. An offset is marked only when its record and every
 // earlier record of its partition were acknowledged (success, discard, retry published, dead
 // letter published), and each
-// acknowledgement wakes the session's committer, which commits the marks at once
-// (acknowledgements that arrive while a commit is in flight share the next one).
+// acknowledgement wakes the session's committer, which commits the marks at once, then at most
+// once per Config.CommitInterval (10 ms by default): acknowledgements that arrive while a
+// commit is in flight or within the interval share the next one, so a busy consumer sends about
+// a hundred commits a second rather than one per broker round trip.
 // Config.SyncCommit instead makes every record's commit complete before the next record of its
 // partition is delivered. A rebalance waits for a record in flight to be acknowledged and
 // commits it before the partition moves.
