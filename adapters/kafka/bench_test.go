@@ -187,20 +187,29 @@ func (c *benchClock) call(healthy, first bool) {
 	}
 	if first && c.firstN.Add(1) == c.wantFirst {
 		c.lastFirst.Store(time.Now().UnixNano())
+		c.finished()
 	}
 	if healthy && c.healthyN.Add(1) == c.wantHealthy {
 		c.lastHealthy.Store(time.Now().UnixNano())
 		c.cpuEnd.Store(processCPU())
+		c.finished()
+	}
+}
+
+// finished closes all once every healthy record and every first attempt was handled.
+func (c *benchClock) finished() {
+	if c.lastFirst.Load() != 0 && c.lastHealthy.Load() != 0 {
 		c.once.Do(func() { close(c.all) })
 	}
 }
 
-// result waits for every healthy record and returns the run's throughputs.
+// result waits for every healthy record and first attempt and returns the run's throughputs.
 func (c *benchClock) result(b *testing.B, what string) benchRun {
 	select {
 	case <-c.all:
 	case <-time.After(10 * time.Minute):
-		b.Fatalf("%s: %d of %d healthy records after 10 minutes", what, c.healthyN.Load(), c.wantHealthy)
+		b.Fatalf("%s: %d of %d healthy records, %d of %d first attempts after 10 minutes", what,
+			c.healthyN.Load(), c.wantHealthy, c.firstN.Load(), c.wantFirst)
 	}
 	start := c.start.Load()
 	r := benchRun{
