@@ -36,14 +36,7 @@ type PoisonConfig struct {
 // the original only after that write succeeded. A failed write returns an error wrapping
 // millrace.ErrDeadLetterFailed, so the router nacks and the broker delivers the message again.
 func Poison(dl DeadLetterer, cfg PoisonConfig) message.HandlerMiddleware {
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	now := cfg.Now
-	if now == nil {
-		now = time.Now
-	}
+	logger, now := defaults(cfg.Logger, cfg.Now)
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			out, err := h(msg)

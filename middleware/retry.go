@@ -39,14 +39,7 @@ func (c RetryConfig) Validate() error { return c.Policy.Validate() }
 // (millrace.NackOriginal), nacked here. If scheduling fails, the returned error wraps
 // millrace.ErrRetryPublishFailed, the router nacks, and the original is never acknowledged.
 func Retry(s RetryScheduler, cfg RetryConfig) message.HandlerMiddleware {
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	now := cfg.Now
-	if now == nil {
-		now = time.Now
-	}
+	logger, now := defaults(cfg.Logger, cfg.Now)
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			out, err := h(msg)
