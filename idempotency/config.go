@@ -53,6 +53,13 @@ type Config struct {
 	// possible; each such run is logged). Default false: fail closed, the message is retried and
 	// the handler is not called.
 	FailOpen bool
+	// Classifier gives an Outcome to handler errors that carry none; pass the router's
+	// (router.Config.Classifier) so both agree. Default: millrace.DefaultClassifier (Retry).
+	Classifier millrace.Classifier
+	// DeadLetterDiscards must equal router.Config.DeadLetterDiscards. When true, a Discard is
+	// released instead of completed: it is about to be dead-lettered, and if that write fails the
+	// redelivery must reach the handler again rather than be acked as a duplicate. Default false.
+	DeadLetterDiscards bool
 	// Logger receives the middleware's warnings. Default slog.Default().
 	Logger *slog.Logger
 }

@@ -94,11 +94,19 @@ func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*mes
 	msgs, herr := m.run(h, msg, parent, lease)
 	finished = true
 
-	if herr != nil && millrace.Classify(herr, nil).Outcome != millrace.OutcomeDiscard {
+	if !m.finishes(herr) {
 		m.release(parent, lease)
 		return msgs, herr
 	}
 	if err := m.complete(parent, lease); err != nil {
+		if millrace.AttemptFrom(msg).IsLast() {
+			// Retrying now would dead-letter a message whose work is done; a replay of that
+			// dead letter would do it twice. Keep the handler's result and say so.
+			m.stats.storeErrors.Add(1)
+			m.cfg.Logger.WarnContext(parent, "idempotency: could not mark the message done on its last attempt; keeping the handler's result",
+				"key", key, "error", err)
+			return msgs, herr
+		}
 		if errors.Is(err, ErrLeaseLost) {
 			m.stats.leaseLost.Add(1)
 			return nil, millrace.Retry(fmt.Errorf("idempotency: complete %q: %w (the lease expired and may have been taken over)", key, ErrLeaseLost))
@@ -113,6 +121,18 @@ func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*mes
 	}
 	m.stats.completed.Add(1)
 	return msgs, herr
+}
+
+// finishes reports whether the handler's result ends the message without a dead letter, so
+// that it may be marked done: Success, and Discard unless it is Malformed or dead-lettered.
+// Everything else releases the lease: a retry, or a dead letter whose write may still fail and
+// bring the message back, must find the handler again, not a "done" marker.
+func (m *Middleware) finishes(herr error) bool {
+	if herr == nil {
+		return true
+	}
+	oe := millrace.Classify(herr, m.cfg.Classifier)
+	return oe.Outcome == millrace.OutcomeDiscard && !oe.Malformed && !m.cfg.DeadLetterDiscards
 }
 
 // run calls h with a Budget deadline (and lease, when not nil) on msg's context, then restores
