@@ -323,11 +323,9 @@ func testDeadLetterFailureLeavesOriginalUnacked(t *testing.T, h Harness, opts Op
 	if n, _ := faulty.counts(); n != 2 {
 		t.Fatalf("want 2 dead-letter writes (1 injected failure, then the redelivery's), got %d", n)
 	}
-	if !bytes.Equal(recs[0].Payload, []byte(payload)) {
-		t.Fatalf("dead-letter payload %q, want %q", recs[0].Payload, payload)
-	}
-	if recs[0].Reason != deadletter.Exhausted {
-		t.Fatalf("reason %q, want exhausted", recs[0].Reason)
+	checkRecord(t, recs[0], f, msg.UUID, []byte(payload), deadletter.Exhausted, 1)
+	if n := len(f.snapshot()); n != 1 {
+		t.Fatalf("handler called %d times, want 1: the redelivery after the failed write is past MaxAttempts and must go straight to the dead letter", n)
 	}
 }
 

@@ -1,6 +1,8 @@
 package middleware
 
 import (
+	"errors"
+
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/millrace/millrace"
@@ -32,7 +34,14 @@ func Attempt(dec AttemptDecoder, policy millrace.RetryPolicy) message.HandlerMid
 				return nil, millrace.Malformed(err)
 			}
 			if maxAttempts > 0 && a.Number > maxAttempts {
-				return nil, &millrace.ExhaustedError{Attempts: a.Number}
+				// Delivered again after its last attempt (its dead-letter write failed, or a
+				// header claims more): the handler has had its MaxAttempts calls. Record the
+				// policy's count and, where the broker carried it, the last real error.
+				var last error
+				if a.LastError != "" {
+					last = errors.New(a.LastError)
+				}
+				return nil, &millrace.ExhaustedError{Attempts: maxAttempts, Err: last}
 			}
 			return h(msg)
 		}

@@ -17,6 +17,7 @@ import (
 // middleware's decisions, the conformance suite covers real adapters.
 type recorder struct {
 	number     int
+	lastError  string
 	disp       millrace.Disposition
 	retryErr   error
 	dlErr      error
@@ -25,7 +26,7 @@ type recorder struct {
 }
 
 func (r *recorder) DecodeAttempt(*message.Message) millrace.Attempt {
-	return millrace.Attempt{Number: r.number, Broker: "test", OriginalTopic: "orders"}
+	return millrace.Attempt{Number: r.number, Broker: "test", OriginalTopic: "orders", LastError: r.lastError}
 }
 
 func (r *recorder) ScheduleRetry(_ context.Context, _ *message.Message, req millrace.RetryRequest) (millrace.Disposition, error) {
@@ -135,8 +136,8 @@ func TestOverLimitArrivalSkipsHandler(t *testing.T) {
 	if err != nil || called {
 		t.Fatalf("err %v called %v: an arrival past MaxAttempts must be dead-lettered without a handler call", err, called)
 	}
-	if len(r.deadLetter) != 1 || r.deadLetter[0].Attempts != 9 || r.deadLetter[0].Reason != deadletter.Exhausted {
-		t.Fatalf("dead letters %+v", r.deadLetter)
+	if len(r.deadLetter) != 1 || r.deadLetter[0].Attempts != 3 || r.deadLetter[0].Reason != deadletter.Exhausted {
+		t.Fatalf("dead letters %+v: want one exhausted record with the policy's 3 attempts", r.deadLetter)
 	}
 }
 
@@ -205,5 +206,15 @@ func TestDiscardAcksWithoutDeadLetterByDefault(t *testing.T) {
 	}
 	if len(r.retries)+len(r.deadLetter) != 0 {
 		t.Fatalf("a Discard was retried or dead-lettered: %+v %+v", r.retries, r.deadLetter)
+	}
+}
+
+func TestOverLimitArrivalKeepsTheCarriedError(t *testing.T) {
+	r := &recorder{number: 4, lastError: "provider 503"}
+	if _, err := chain(r, policy, failing())(msgWithCtx()); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.deadLetter) != 1 || r.deadLetter[0].LastError != "provider 503" || r.deadLetter[0].Attempts != 3 {
+		t.Fatalf("dead letters %+v: want the carried error and 3 attempts", r.deadLetter)
 	}
 }

@@ -43,7 +43,7 @@ func Poison(dl DeadLetterer, cfg PoisonConfig) message.HandlerMiddleware {
 			if err == nil {
 				return out, nil
 			}
-			reason, cause := poisonReason(err)
+			reason, cause, attempts := poisonReason(err)
 			switch {
 			case reason == "":
 				return out, err
@@ -52,7 +52,7 @@ func Poison(dl DeadLetterer, cfg PoisonConfig) message.HandlerMiddleware {
 					slog.String("message_uuid", msg.UUID), slog.String("error", cause.Error()))
 				return nil, nil
 			}
-			rec := record(msg, reason, cause, cfg.Broker, now())
+			rec := record(msg, reason, cause, attempts, cfg.Broker, now())
 			if dlErr := dl.DeadLetter(msg.Context(), msg, rec); dlErr != nil {
 				return nil, fmt.Errorf("%w: %w (message was %s: %w)", millrace.ErrDeadLetterFailed, dlErr, reason, cause)
 			}
@@ -64,31 +64,37 @@ func Poison(dl DeadLetterer, cfg PoisonConfig) message.HandlerMiddleware {
 	}
 }
 
-// poisonReason returns why err makes its message poison, and the handler's own error;
-// an empty reason means err is not Poison's business.
-func poisonReason(err error) (deadletter.Reason, error) {
+// poisonReason returns why err makes its message poison, the handler's own error and, for an
+// exhausted message, the attempts it was given; an empty reason means err is not Poison's
+// business.
+func poisonReason(err error) (deadletter.Reason, error, int) {
 	var ex *millrace.ExhaustedError
 	if errors.As(err, &ex) {
 		if ex.Err != nil {
-			return deadletter.Exhausted, ex.Err
+			return deadletter.Exhausted, ex.Err, ex.Attempts
 		}
-		return deadletter.Exhausted, ex
+		return deadletter.Exhausted, ex, ex.Attempts
 	}
 	var oe *millrace.OutcomeError
 	if !errors.As(err, &oe) {
-		return "", err
+		return "", err, 0
 	}
 	switch {
 	case oe.Malformed:
-		return deadletter.Malformed, oe.Err
+		return deadletter.Malformed, oe.Err, 0
 	case oe.Outcome == millrace.OutcomeDiscard:
-		return deadletter.Discarded, oe.Err
+		return deadletter.Discarded, oe.Err, 0
 	}
-	return "", err
+	return "", err, 0
 }
 
-func record(msg *message.Message, reason deadletter.Reason, cause error, broker string, at time.Time) deadletter.Record {
+// record builds the dead letter of msg; attempts, when positive, overrides the delivery's
+// attempt number (a delivery past MaxAttempts records the attempts the handler was given).
+func record(msg *message.Message, reason deadletter.Reason, cause error, attempts int, broker string, at time.Time) deadletter.Record {
 	a := millrace.AttemptFrom(msg)
+	if attempts > 0 {
+		a.Number = attempts
+	}
 	if a.Broker != "" {
 		broker = a.Broker
 	}
