@@ -82,3 +82,12 @@ type Adapter interface {
 	// Close releases the adapter's connections.
 	Close() error
 }
+
+// BudgetBounded is implemented by adapters whose broker hands a message to another consumer
+// when its handler runs longer than some bound (the Redis reclaim idle time, the SQS visibility
+// timeout). The router then refuses a longer processing budget, and uses MaxBudget when none
+// is configured, so a handler can never outlive its claim on the message.
+type BudgetBounded interface {
+	// MaxBudget is the longest processing budget the adapter's configuration allows.
+	MaxBudget() time.Duration
+}

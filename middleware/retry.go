@@ -23,7 +23,7 @@ type RetryConfig struct {
 	Policy millrace.RetryPolicy
 	// MaxDelay caps a delay asked for with millrace.RetryAfter (the adapter's maximum); 0 = no cap.
 	MaxDelay time.Duration
-	// Logger receives one Debug line per scheduled retry. Default: slog.Default().
+	// Logger receives one Info line per scheduled retry (attempt, delay, cause). Default: slog.Default().
 	Logger *slog.Logger
 	// Now returns the current time. Default: time.Now.
 	Now func() time.Time

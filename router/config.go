@@ -16,7 +16,10 @@ type Config struct {
 	Policy millrace.RetryPolicy
 	// Classifier gives an Outcome to errors that carry none. Default: every such error is Retry.
 	Classifier millrace.Classifier
-	// Budget is the processing budget: the handler's context deadline. Default 0: none.
+	// Budget is the processing budget: the handler's context deadline. Default: the adapter's
+	// MaxBudget when it is a millrace.BudgetBounded (Redis Streams, SQS), else 0 (no deadline).
+	// It may not exceed that MaxBudget: the broker would give the message to another consumer
+	// while the handler still runs.
 	Budget time.Duration
 	// DeadLetterDiscards sends Discard outcomes to the dead-letter destination (reason
 	// "discarded"). Default false: discards are acknowledged and logged.
@@ -36,7 +39,12 @@ func (c Config) Validate() error {
 		return err
 	}
 	if c.Budget < 0 {
-		return &millrace.ConfigError{Field: "Config.Budget", Value: c.Budget.String(), Rule: "must not be negative (0 means no budget)"}
+		return &millrace.ConfigError{Field: "Config.Budget", Value: c.Budget.String(), Rule: "must not be negative (0 means the adapter's default)"}
+	}
+	if bb, ok := c.Adapter.(millrace.BudgetBounded); ok && c.Budget > bb.MaxBudget() {
+		return &millrace.ConfigError{Field: "Config.Budget", Value: c.Budget.String(), Limit: true,
+			Rule: "must be at most the " + c.Adapter.Capabilities().Broker + " adapter's processing budget " + bb.MaxBudget().String() +
+				": a longer handler would be redelivered to another consumer while it still runs"}
 	}
 	if c.CloseTimeout < 0 {
 		return &millrace.ConfigError{Field: "Config.CloseTimeout", Value: c.CloseTimeout.String(), Rule: "must not be negative (0 means 30s)"}
@@ -45,6 +53,9 @@ func (c Config) Validate() error {
 }
 
 func (c *Config) setDefaults() {
+	if bb, ok := c.Adapter.(millrace.BudgetBounded); ok && c.Budget == 0 {
+		c.Budget = bb.MaxBudget()
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

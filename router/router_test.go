@@ -98,14 +98,39 @@ func TestHandlerReceivesAttempt(t *testing.T) {
 	}
 }
 
+// TestStackOrder runs the stack Stack returns on the memory adapter and checks the effects
+// that depend on the order: Poison sits outside Attempt (an over-limit delivery is
+// dead-lettered without a handler call), and Retry outside Classify and Recover (a panic is
+// retried, not dead-lettered).
 func TestStackOrder(t *testing.T) {
 	a := newMemory(t, memory.Config{})
-	stack, err := router.Stack(router.Config{Adapter: a, Policy: millrace.RetryPolicy{MaxAttempts: 1}})
+	stack, err := router.Stack(router.Config{Adapter: a, Policy: millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(time.Hour)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(stack) != 6 {
-		t.Fatalf("stack has %d middleware, want 6 (Poison, Attempt, Retry, Classify, Budget, Recover)", len(stack))
+	calls := 0
+	h := message.HandlerFunc(func(*message.Message) ([]*message.Message, error) { calls++; panic("bug") })
+	for i := len(stack) - 1; i >= 0; i-- {
+		h = stack[i](h)
+	}
+
+	over := message.NewMessage("over", []byte("x"))
+	over.Metadata.Set(millrace.HeaderAttempt, "9")
+	over.Metadata.Set(millrace.HeaderOriginalTopic, "t")
+	if _, err := h(over); err != nil || calls != 0 {
+		t.Fatalf("over-limit delivery: err %v, handler calls %d; want nil and 0", err, calls)
+	}
+	if n := a.Len(a.DeadLetterTopic("t")); n != 1 {
+		t.Fatalf("dead letters on %s: %d, want 1", a.DeadLetterTopic("t"), n)
+	}
+
+	first := message.NewMessage("first", []byte("x"))
+	first.Metadata.Set(millrace.HeaderOriginalTopic, "t")
+	if _, err := h(first); err != nil || calls != 1 {
+		t.Fatalf("panicking first attempt: err %v, calls %d; want a scheduled retry (nil) and 1 call", err, calls)
+	}
+	if n := a.Len(a.DeadLetterTopic("t")); n != 1 {
+		t.Fatalf("a retryable panic was dead-lettered (%d dead letters)", n)
 	}
 	if _, err := router.Stack(router.Config{Adapter: a}); !errors.Is(err, millrace.ErrInvalidConfig) {
 		t.Fatalf("Stack accepted a zero policy: %v", err)
@@ -129,4 +154,51 @@ func TestGatedLoggerKeepsEnabledLevels(t *testing.T) {
 			t.Fatalf("missing %q in:\n%s", want, out)
 		}
 	}
+}
+
+// boundedMemory is the memory adapter declaring a processing budget, as Redis and SQS do.
+type boundedMemory struct {
+	*memory.Adapter
+	max time.Duration
+}
+
+func (b boundedMemory) MaxBudget() time.Duration { return b.max }
+
+func TestBudgetBoundedAdapter(t *testing.T) {
+	a := boundedMemory{Adapter: newMemory(t, memory.Config{}), max: 50 * time.Millisecond}
+	policy := millrace.RetryPolicy{MaxAttempts: 2, Backoff: millrace.Fixed(10 * time.Millisecond)}
+	_, err := router.New(router.Config{Adapter: a, Policy: policy, Budget: time.Second})
+	if !errors.Is(err, millrace.ErrPolicyExceedsAdapter) || !strings.Contains(err.Error(), "Config.Budget") || !strings.Contains(err.Error(), "50ms") {
+		t.Fatalf("budget above the adapter's: err = %v", err)
+	}
+	r, err := router.New(router.Config{Adapter: a, Policy: policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadlines := make(chan time.Duration, 1)
+	r.Handle("h", "t", func(ctx context.Context, _ *message.Message, _ millrace.Attempt) error {
+		d, ok := ctx.Deadline()
+		if !ok {
+			deadlines <- 0
+			return nil
+		}
+		deadlines <- time.Until(d)
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = r.Run(ctx) }()
+	<-r.Running()
+	if err := a.Publish("t", message.NewMessage("m", []byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case left := <-deadlines:
+		if left <= 0 || left > 50*time.Millisecond {
+			t.Fatalf("handler deadline %s away, want the adapter's 50ms budget by default", left)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("handler not called")
+	}
+	_ = r.Close()
 }

@@ -34,6 +34,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		select {
 		case <-s.closing:
 		case <-ctx.Done():
+		case <-s.a.closing:
 		}
 		cancel()
 	}()

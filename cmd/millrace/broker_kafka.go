@@ -47,11 +47,15 @@ func openKafka(_ context.Context, u *url.URL) (Broker, error) {
 func (b *kafkaBroker) Publisher() message.Publisher { return b.a.Publisher() }
 
 // partitionKey keys a replay by its dead letter's original key, so it lands in the partition
-// of the key's other records (keyless dead letters get the empty key).
+// of the key's other records (keyless dead letters get the empty key). The entry is taken out
+// as it is read (the marshaler asks once per publish), so a long replay does not accumulate one
+// map entry per record.
 func (b *kafkaBroker) partitionKey(_ string, msg *message.Message) (string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.keys[msg.UUID], nil
+	k := b.keys[msg.UUID]
+	delete(b.keys, msg.UUID)
+	return k, nil
 }
 
 func (b *kafkaBroker) prepareReplay(rec deadletter.Record, msg *message.Message) {
