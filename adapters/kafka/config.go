@@ -59,7 +59,10 @@ type Config struct {
 	// the same key (and records without a key, among themselves) are never in flight together,
 	// so per-key order holds; offsets are committed strictly in order, only up to the first
 	// record not yet acknowledged. 1 gives strict partition order. Default 16: with one record
-	// at a time, each retry publish (a broker round trip) stalls its whole partition.
+	// at a time, each retry publish (a broker round trip) stalls its whole partition. At most
+	// 4*MaxInFlight records of a partition wait unmarked at once: a record that is never
+	// acknowledged (its retry or dead letter cannot be written) stalls its partition after that
+	// many, with a warning logged every 30 s, instead of letting memory grow.
 	MaxInFlight int
 	// NackDelay is how long a nacked record (its retry or dead letter could not be written)
 	// waits before the subscription delivers it again. Default 500 ms.

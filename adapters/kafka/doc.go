@@ -49,6 +49,12 @@
 // partition is delivered. A rebalance waits for a record in flight to be acknowledged and
 // commits it before the partition moves.
 //
+// A record whose retry or dead letter can never be written (topic deleted, ACL, record near
+// max.message.bytes) is redelivered every Config.NackDelay and holds its partition's committed
+// offset back. Records of other keys go on only until 4*Config.MaxInFlight records wait
+// unmarked; then the partition stops taking records and logs a warning naming the stuck record
+// every 30 s, until it is acknowledged.
+//
 // # Attempts
 //
 // Kafka keeps no delivery counter: the attempt lives in headers (see millrace.HeaderAttempt and

@@ -1,7 +1,9 @@
 package kafka
 
 import (
+	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -19,6 +21,13 @@ import (
 // record would stall its partition for that round trip; in flight together, records of other
 // keys go on meanwhile.
 //
+// pending is bounded too, at pendingFactor*MaxInFlight records: a record that can never be
+// acknowledged (its retry or dead letter cannot be written: topic deleted, ACL, record too
+// large) holds the head of pending, and without the bound every record admitted after it would
+// stay there (handled, acknowledged, but never marked) for as long as it is stuck. With the
+// bound the partition stops admitting records once that many wait, and logs a warning naming
+// the stuck record until it moves.
+//
 // Records are handled by up to MaxInFlight worker goroutines per partition, started as needed
 // and kept for the session: a goroutine per record would cost a spawn and, worse, a stack
 // grown from scratch every time.
@@ -28,6 +37,8 @@ type pipeline struct {
 	topic     string
 	partition int32
 	slots     chan struct{} // one token per admitted record not yet finished
+	room      chan struct{} // holds a token when pending shrank since admit last looked
+	maxPend   int           // most records pending at once
 	work      chan *flight  // records ready to run (first of their key in flight)
 	wg        sync.WaitGroup
 
@@ -36,7 +47,14 @@ type pipeline struct {
 	idle    int                  // workers waiting on work
 	lines   map[string][]*flight // key -> records waiting behind the one in flight; present while busy
 	pending []*flight            // admitted records not yet marked, by offset
+	warned  time.Time            // when the last stuck-head warning was logged
 }
+
+// pendingFactor times MaxInFlight is how many admitted records may wait unmarked at once.
+const pendingFactor = 4
+
+// stuckWarnEvery is how often a partition whose admission waits on a stuck record logs it.
+const stuckWarnEvery = 30 * time.Second
 
 // flight is one admitted record.
 type flight struct {
@@ -52,7 +70,9 @@ func newPipeline(h *groupHandler, sess sarama.ConsumerGroupSession, topic string
 	n := h.sub.a.cfg.MaxInFlight
 	return &pipeline{
 		h: h, sess: sess, topic: topic, partition: partition,
-		slots: make(chan struct{}, n),
+		slots:   make(chan struct{}, n),
+		room:    make(chan struct{}, 1),
+		maxPend: pendingFactor * n,
 		work:  make(chan *flight, n),
 		lines: map[string][]*flight{},
 	}
@@ -61,6 +81,9 @@ func newPipeline(h *groupHandler, sess sarama.ConsumerGroupSession, topic string
 // admit takes f into the pipeline once a slot is free, and starts it unless a record of its key
 // is in flight. It reports false when the session or subscription ended first.
 func (p *pipeline) admit(f *flight) bool {
+	if !p.awaitRoom() {
+		return false
+	}
 	select {
 	case p.slots <- struct{}{}:
 	case <-p.sess.Context().Done():
@@ -92,6 +115,48 @@ func (p *pipeline) admit(f *flight) bool {
 		}
 	}
 	return true
+}
+
+// awaitRoom waits until fewer than maxPend records are pending, warning (at most once per
+// stuckWarnEvery) about the unacknowledged record at their head meanwhile. It reports false
+// when the session or subscription ended first. Only admit adds to pending, and it runs on the
+// claim's one goroutine, so room found here is still there when admit appends.
+func (p *pipeline) awaitRoom() bool {
+	var tick <-chan time.Time
+	for {
+		p.mu.Lock()
+		n := len(p.pending)
+		var head *flight
+		if n > 0 {
+			head = p.pending[0]
+		}
+		warn := n >= p.maxPend && time.Since(p.warned) >= stuckWarnEvery
+		if warn {
+			p.warned = time.Now()
+		}
+		p.mu.Unlock()
+		if n < p.maxPend {
+			return true
+		}
+		if warn {
+			p.h.sub.logger.Warn("kafka: partition stalled: its oldest record in flight is not acknowledged "+
+				"(retry or dead letter cannot be written?); no offset is committed and no record admitted until it is",
+				slog.String("record", head.d.nativeID()), slog.Int("pending", n))
+		}
+		if tick == nil {
+			t := time.NewTicker(stuckWarnEvery)
+			defer t.Stop()
+			tick = t.C
+		}
+		select {
+		case <-p.room:
+		case <-tick:
+		case <-p.sess.Context().Done():
+			return false
+		case <-p.h.sub.ctx.Done():
+			return false
+		}
+	}
 }
 
 // close stops the workers once every admitted record finished.
@@ -144,6 +209,10 @@ func (p *pipeline) finish(f *flight, acked bool) (next *flight) {
 		if n > 0 {
 			clear(p.pending[:n]) // let the records go
 			p.pending = p.pending[n:]
+			select {
+			case p.room <- struct{}{}:
+			default: // admit has not looked since the last wake-up
+			}
 		}
 	}
 	if mark >= 0 {

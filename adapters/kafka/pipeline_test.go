@@ -2,9 +2,16 @@ package kafka_test
 
 import (
 	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/millrace/millrace"
@@ -53,5 +60,98 @@ func TestPerKeyOrderAndInOrderCommits(t *testing.T) {
 	if calls[2].payload != "a1" || calls[3].payload != "a2" {
 		t.Fatalf("want a1 then a2 after the release; got %s", describeCalls(calls))
 	}
+	waitNoLag(t, group, topic)
+}
+
+// syncBuffer is an io.Writer safe for the adapter's goroutines and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A record that cannot be acknowledged (its dead letter cannot be written: the dead-letter
+// topic is gone) stops its partition from admitting more than 4*MaxInFlight records, instead of
+// piling up every later record in memory, and the adapter warns about it. Once the dead-letter
+// topic is back, the stuck record is dead-lettered and everything behind it is handled and
+// committed.
+func TestStuckRecordBoundsPending(t *testing.T) {
+	t.Parallel()
+	topic, group := uniqueName("stuck"), uniqueName("stuck-group")
+	logs := &syncBuffer{}
+	const inFlight = 2
+	a := newAdapter(t, group, func(c *kafka.Config) {
+		sc := sarama.NewConfig()
+		sc.Metadata.Retry.Max = 1
+		sc.Metadata.Retry.Backoff = 50 * time.Millisecond
+		sc.Producer.Retry.Max = 1
+		sc.Producer.Retry.Backoff = 50 * time.Millisecond
+		c.Sarama = sc
+		c.NackDelay = 100 * time.Millisecond
+		c.MaxInFlight = inFlight
+		c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))
+		c.PartitionKey = func(_ string, msg *message.Message) (string, error) { return msg.Metadata.Get("key"), nil }
+	})
+	rec := newRecorder()
+	poison := newMessage("poison")
+	poison.Metadata.Set("key", "poison")
+	startRouter(t, a, topic, millrace.RetryPolicy{MaxAttempts: 1}, rec, func(_ context.Context, msg *message.Message, _ millrace.Attempt) error {
+		if msg.UUID == poison.UUID {
+			return errors.New("poison")
+		}
+		return nil
+	})
+	ca := admin(t)
+	if err := ca.DeleteTopic(topic + kafka.DeadLetterSuffix); err != nil {
+		t.Fatalf("delete the dead-letter topic: %v", err)
+	}
+	const n = 500
+	msgs := []*message.Message{poison}
+	for i := range n {
+		m := newMessage(strconv.Itoa(i))
+		m.Metadata.Set("key", "k"+strconv.Itoa(i))
+		msgs = append(msgs, m)
+	}
+	if err := a.Publisher().Publish(topic, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	others := func(c []call) int {
+		k := 0
+		for _, x := range c {
+			if x.uuid != poison.UUID {
+				k++
+			}
+		}
+		return k
+	}
+	// The poison record and the records admitted after it fill pending: 4*MaxInFlight.
+	const bound = 4*inFlight - 1
+	rec.wait(t, "the records admitted behind the stuck one", func(c []call) bool { return others(c) >= bound })
+	time.Sleep(time.Second) // room for more to be (wrongly) admitted
+	if got := others(rec.snapshot()); got != bound {
+		t.Fatalf("%d records handled behind the stuck one, want exactly %d (4*MaxInFlight pending)", got, bound)
+	}
+	if committed, _ := lag(t, group, topic); committed[0] > 0 {
+		t.Fatalf("committed offset %d passed the stuck record", committed[0])
+	}
+	if !strings.Contains(logs.String(), "partition stalled") {
+		t.Fatalf("no warning about the stalled partition; logs:\n%s", logs.String())
+	}
+
+	if err := ca.CreateTopic(topic+kafka.DeadLetterSuffix, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: -1}, false); err != nil {
+		t.Fatalf("recreate the dead-letter topic: %v", err)
+	}
+	rec.wait(t, "every record handled once the dead letter is written", func(c []call) bool { return others(c) >= n })
 	waitNoLag(t, group, topic)
 }
