@@ -73,8 +73,8 @@ func newPipeline(h *groupHandler, sess sarama.ConsumerGroupSession, topic string
 		slots:   make(chan struct{}, n),
 		room:    make(chan struct{}, 1),
 		maxPend: pendingFactor * n,
-		work:  make(chan *flight, n),
-		lines: map[string][]*flight{},
+		work:    make(chan *flight, n),
+		lines:   map[string][]*flight{},
 	}
 }
 
