@@ -27,6 +27,12 @@ type Adapter struct {
 	logger *slog.Logger
 	pub    *wmkafka.Publisher
 
+	// pubMu is read-held across every a.pub.Publish and write-held by Close before it closes
+	// the producer: publishing to a closed sarama producer panics (send on closed channel).
+	// It is apart from mu so a slow publish never holds up tierFor and Provision.
+	pubMu     sync.RWMutex
+	pubClosed bool
+
 	mu      sync.Mutex
 	tiers   map[string][]tier // source topic -> its retry tiers, shortest delay first
 	admin   sarama.ClusterAdmin
@@ -92,10 +98,9 @@ func (p publisher) Publish(topic string, msgs ...*message.Message) error {
 func (p publisher) Close() error { return nil }
 
 func (a *Adapter) publish(topic string, msgs ...*message.Message) error {
-	a.mu.Lock()
-	closed := a.closed
-	a.mu.Unlock()
-	if closed {
+	a.pubMu.RLock()
+	defer a.pubMu.RUnlock()
+	if a.pubClosed {
 		return millrace.ErrClosed
 	}
 	return a.pub.Publish(topic, msgs...)
@@ -140,7 +145,9 @@ func (a *Adapter) DecodeAttempt(msg *message.Message) millrace.Attempt {
 	return at
 }
 
-// Close stops every subscription, waits for them to end and closes the producer.
+// Close stops every subscription, waits for them to end and closes the producer. Publishes
+// (including retries and dead letters) still in progress finish first; later ones fail with
+// millrace.ErrClosed.
 func (a *Adapter) Close() error {
 	a.mu.Lock()
 	if a.closed {
@@ -151,6 +158,10 @@ func (a *Adapter) Close() error {
 	close(a.closing)
 	admin := a.admin
 	a.mu.Unlock()
+	// From here on publishes fail with ErrClosed; the lock waits for those in progress.
+	a.pubMu.Lock()
+	a.pubClosed = true
+	a.pubMu.Unlock()
 	a.subs.Wait()
 	var errs []error
 	if admin != nil {

@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -108,5 +109,45 @@ func TestScheduleRetryAfterCloseFails(t *testing.T) {
 	})
 	if !errors.Is(err, millrace.ErrClosed) {
 		t.Fatalf("err %v, want ErrClosed", err)
+	}
+}
+
+// Publishing (as ScheduleRetry and DeadLetter do from handlers) while the adapter closes
+// either succeeds or fails with ErrClosed: it never reaches the closed producer, which would
+// panic with "send on closed channel".
+func TestPublishDuringCloseNeverPanics(t *testing.T) {
+	t.Parallel()
+	topic := uniqueName("closing")
+	setup := newAdapter(t, "", nil)
+	if err := setup.Provision(ctxT(t, 10*time.Second), topic, millrace.RetryPolicy{MaxAttempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 5 {
+		a := newAdapter(t, "", nil)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for {
+					err := a.Publisher().Publish(topic, newMessage("x"))
+					if errors.Is(err, millrace.ErrClosed) {
+						return
+					}
+					if err != nil {
+						t.Errorf("round %d: publish: %v", round, err)
+						return
+					}
+				}
+			}()
+		}
+		close(start)
+		time.Sleep(20 * time.Millisecond)
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
 	}
 }
