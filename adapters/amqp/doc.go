@@ -18,8 +18,10 @@
 // Subscribe declares everything but the retry queues, which depend on the policy; Provision
 // (called by router.Run) declares them. Retries come back through the default exchange rather
 // than E so that other queues bound to E (say with "#") never receive a copy. Publish(T, msgs)
-// publishes to E with the routing key in metadata MetadataRoutingKey (default T) and waits for
-// publisher confirms.
+// publishes to E with the routing key in metadata MetadataRoutingKey (default T), as mandatory,
+// and waits for publisher confirms: a message no queue is bound for (published before the work
+// queue was declared, or with a key no binding matches) fails with ErrUnroutable rather than
+// being confirmed and dropped.
 //
 // # Retries
 //

@@ -14,8 +14,9 @@ var (
 	// ErrForeignMessage is returned by ScheduleRetry for a message that did not come from this
 	// adapter's subscriber, so there is no delivery to reject.
 	ErrForeignMessage = errors.New("amqp: message was not received through this adapter")
-	// ErrUnroutable is wrapped when the broker returned a mandatory publish (retry tier or DLQ)
-	// because no queue is bound for it; the original is then left unacknowledged.
+	// ErrUnroutable is wrapped when the broker returned a mandatory publish (Publish, retry tier
+	// or DLQ) because no queue is bound for it; for a retry or dead letter the original is then
+	// left unacknowledged.
 	ErrUnroutable = errors.New("amqp: broker returned the message as unroutable")
 	// ErrNotConfirmed is wrapped when the broker nacked a publish (publisher confirms).
 	ErrNotConfirmed = errors.New("amqp: broker did not confirm the publish")

@@ -2,11 +2,13 @@ package amqp_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/millrace/millrace"
@@ -35,7 +37,11 @@ func TestHubRoutingKeySurvivesRetries(t *testing.T) {
 			}
 			return nil
 		})
-		publishKey(t, a, topic, "audit.order.created", `{"not":"bound"}`) // not matched by hub.#
+		unbound := message.NewMessage(watermill.NewUUID(), []byte(`{"not":"bound"}`))
+		unbound.Metadata.Set(amqp.MetadataRoutingKey, "audit.order.created") // not matched by hub.#
+		if err := a.Publisher().Publish(topic, unbound); !errors.Is(err, amqp.ErrUnroutable) {
+			t.Fatalf("publish with an unbound key: %v, want ErrUnroutable", err)
+		}
 		msg := publishKey(t, a, topic, "hub.order.created", `{"order":42}`)
 
 		waitFor(t, 30*time.Second, "3 attempts", func() bool { return len(rec.snapshot()) >= 3 })

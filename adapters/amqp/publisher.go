@@ -52,9 +52,9 @@ func (p *publishers) acquire(ctx context.Context) (*confirmChannel, error) {
 		_ = ch.Close()
 		return nil, fmt.Errorf("amqp: enable publisher confirms: %w", err)
 	}
-	// Only mandatory single-message publishes can be returned, one at a time per channel, so
-	// one slot suffices and the connection's reader never blocks on it.
-	return &confirmChannel{ch: ch, returns: ch.NotifyReturn(make(chan amqp091.Return, 1))}, nil
+	// publish drains returns while it waits for confirms, so a small buffer never blocks the
+	// connection's reader for long.
+	return &confirmChannel{ch: ch, returns: ch.NotifyReturn(make(chan amqp091.Return, 16))}, nil
 }
 
 // release returns c to the pool, or closes it when it failed or the pool is full.
@@ -68,6 +68,12 @@ func (p *publishers) release(c *confirmChannel, healthy bool) {
 		}
 		p.mu.Unlock()
 	}
+	// A failed publish may still have returns on the way; take them until the channel closes
+	// (amqp091 then closes c.returns), so the reader never blocks on one during Close.
+	go func() {
+		for range c.returns {
+		}
+	}()
 	_ = c.ch.Close()
 }
 
@@ -98,71 +104,82 @@ func (p *publishers) declareExchange(ctx context.Context, name string) error {
 	return nil
 }
 
-// publishConfirmed publishes one message as mandatory and waits for the broker's confirm.
-// It fails if the broker nacks it, returns it as unroutable, or ctx ends first.
-func (p *publishers) publishConfirmed(ctx context.Context, exchange, key string, pub amqp091.Publishing) error {
+// publish publishes pubs to exchange, pubs[i] with routing key keys[i], on one confirm channel
+// and waits for every confirm. With mandatory set, a message the broker returns as unroutable
+// (no queue bound for its key) fails the whole call with ErrUnroutable: without it RabbitMQ
+// confirms and silently drops such a message. It also fails if the broker nacks a message or
+// ctx ends first; messages before the failing one may have been delivered.
+func (p *publishers) publish(ctx context.Context, exchange string, keys []string, pubs []amqp091.Publishing, mandatory bool) error {
 	c, err := p.acquire(ctx)
 	if err != nil {
 		return err
 	}
-	select { // a stale return from an abandoned publish must not be blamed on this one
-	case <-c.returns:
-	default:
-	}
-	dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, pub)
-	if err != nil {
-		p.release(c, false)
-		return fmt.Errorf("amqp: publish to %q with key %q: %w", exchange, key, err)
-	}
-	acked, err := dc.WaitContext(ctx)
-	if err != nil {
-		p.release(c, false) // the confirm may still arrive; do not reuse the channel
-		return fmt.Errorf("amqp: wait for confirm from %q: %w", exchange, err)
-	}
-	if !acked {
-		p.release(c, false)
-		return fmt.Errorf("%w: exchange %q, key %q", ErrNotConfirmed, exchange, key)
-	}
-	// RabbitMQ sends basic.return before the basic.ack of the same publish, and the reader
-	// delivers it into the buffered channel before it handles the ack.
-	select {
-	case r := <-c.returns:
-		p.release(c, true)
-		return fmt.Errorf("%w: exchange %q, key %q: %d %s", ErrUnroutable, exchange, key, r.ReplyCode, r.ReplyText)
-	default:
-	}
-	p.release(c, true)
-	return nil
-}
-
-// publishBatch publishes pubs (not mandatory) and waits for every confirm.
-func (p *publishers) publishBatch(ctx context.Context, exchange string, keys []string, pubs []amqp091.Publishing) error {
-	c, err := p.acquire(ctx)
-	if err != nil {
-		return err
+	for drained := false; !drained; { // a stale return from an abandoned publish must not be blamed on this one
+		select {
+		case _, ok := <-c.returns:
+			drained = !ok
+		default:
+			drained = true
+		}
 	}
 	dcs := make([]*amqp091.DeferredConfirmation, 0, len(pubs))
 	for i, pub := range pubs {
-		dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, keys[i], false, false, pub)
+		dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, keys[i], mandatory, false, pub)
 		if err != nil {
 			p.release(c, false)
 			return fmt.Errorf("amqp: publish to %q with key %q: %w", exchange, keys[i], err)
 		}
 		dcs = append(dcs, dc)
 	}
+	var returned []amqp091.Return
+	returns := c.returns // nil once amqp091 closed it (channel gone: the confirms then fail)
 	for i, dc := range dcs {
-		acked, err := dc.WaitContext(ctx)
-		if err != nil {
-			p.release(c, false)
-			return fmt.Errorf("amqp: wait for confirm from %q: %w", exchange, err)
+	wait: // take returns while waiting, so the connection's reader never blocks on them
+		for {
+			select {
+			case <-dc.Done():
+				break wait
+			case r, ok := <-returns:
+				if !ok {
+					returns = nil
+					continue
+				}
+				returned = append(returned, r)
+			case <-ctx.Done():
+				p.release(c, false) // the confirm may still arrive; do not reuse the channel
+				return fmt.Errorf("amqp: wait for confirm from %q: %w", exchange, ctx.Err())
+			}
 		}
-		if !acked {
+		if !dc.Acked() {
 			p.release(c, false)
 			return fmt.Errorf("%w: exchange %q, key %q", ErrNotConfirmed, exchange, keys[i])
 		}
 	}
+	// RabbitMQ sends basic.return before the basic.ack of the same publish, and the reader
+	// hands it to c.returns before it handles the ack: every return is in hand or buffered.
+	for drained := returns == nil; !drained; {
+		select {
+		case r, ok := <-returns:
+			if ok {
+				returned = append(returned, r)
+			}
+			drained = !ok
+		default:
+			drained = true
+		}
+	}
 	p.release(c, true)
+	if len(returned) > 0 {
+		r := returned[0]
+		return fmt.Errorf("%w: %d of %d message(s), first: exchange %q, key %q: %d %s",
+			ErrUnroutable, len(returned), len(pubs), exchange, r.RoutingKey, r.ReplyCode, r.ReplyText)
+	}
 	return nil
+}
+
+// publishConfirmed publishes one message as mandatory and waits for the broker's confirm.
+func (p *publishers) publishConfirmed(ctx context.Context, exchange, key string, pub amqp091.Publishing) error {
+	return p.publish(ctx, exchange, []string{key}, []amqp091.Publishing{pub}, true)
 }
 
 func (p *publishers) close() {
@@ -179,7 +196,10 @@ type publisher struct{ a *Adapter }
 
 // Publish publishes msgs to the work exchange of topic (Config.Topics[topic].Exchange, default
 // the topic name) with the routing key in metadata MetadataRoutingKey (default: the topic), and
-// returns once the broker confirmed every message.
+// returns once the broker confirmed every message. Messages are mandatory: one that no queue is
+// bound for (e.g. published before any consumer or Provision declared the work queue, or with a
+// key the bindings do not match) makes Publish fail with ErrUnroutable instead of being
+// confirmed and dropped by the broker.
 func (p publisher) Publish(topic string, msgs ...*message.Message) error {
 	if p.a.isClosed() {
 		return millrace.ErrClosed
@@ -209,7 +229,7 @@ func (p publisher) Publish(topic string, msgs ...*message.Message) error {
 			keys[i] = topic
 		}
 	}
-	return p.a.pubs.publishBatch(ctx, exchange, keys, pubs)
+	return p.a.pubs.publish(ctx, exchange, keys, pubs, true)
 }
 
 // Close does nothing: the connection belongs to the Adapter.

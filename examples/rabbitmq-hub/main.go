@@ -133,11 +133,18 @@ func run(ctx context.Context, out io.Writer, o options) error {
 		{"hub.payment.failed", `{"id":"p-3"}`},  // fails every time: DLQ after 3 attempts
 		{"hub.order.shipped", `{"id":`},         // malformed JSON: DLQ at once
 		{"hub.user.renamed", `{"id":"u-5"}`},    // no route for it: discarded (and dead-lettered)
-		{"audit.order.created", `{"id":"a-6"}`}, // not matched by hub.#: never delivered
+		{"audit.order.created", `{"id":"a-6"}`}, // not matched by hub.#: refused as unroutable
 	} {
 		msg := message.NewMessage(watermill.NewUUID(), []byte(m.body))
 		msg.Metadata.Set(amqp.MetadataRoutingKey, m.key)
-		if err := adapter.Publisher().Publish(o.queue, msg); err != nil {
+		err := adapter.Publisher().Publish(o.queue, msg)
+		if errors.Is(err, amqp.ErrUnroutable) {
+			// Publishes are mandatory: the broker returns a message no queue is bound for, and
+			// Publish says so instead of reporting a confirmed publish that went nowhere.
+			fmt.Fprintf(out, "publish with key %q refused: no queue bound for it (amqp.ErrUnroutable)\n", m.key)
+			continue
+		}
+		if err != nil {
 			return err
 		}
 	}
