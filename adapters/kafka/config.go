@@ -33,6 +33,8 @@ type Config struct {
 	// its topic. Default 7 days (Kafka's own default); must exceed MaxDelay.
 	RetryRetention time.Duration
 	// MaxDelay is the longest retry delay accepted; longer policies are refused at start-up.
+	// Capabilities().MaxDelay reports it. A RetryAfter delay is further capped at the largest
+	// retry tier provisioned for the topic (see the package documentation).
 	// Default 24 h.
 	MaxDelay time.Duration
 	// MaxTiers bounds the distinct delays of a policy, each one retry topic. Default 8, enough

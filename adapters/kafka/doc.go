@@ -17,12 +17,19 @@
 // # Retry
 //
 // A Retry outcome republishes the record (key, payload and headers unchanged) to the retry topic
-// of the smallest delay tier that is at least the requested delay (the largest tier when none
-// is), with headers for the next attempt, the original topic, partition, offset and key, the
+// of the smallest delay tier that is at least the requested delay, with headers for the next attempt, the original topic, partition, offset and key, the
 // first-attempt time, the not-before time and the last error. The publish is synchronous and
 // acknowledged by the brokers (acks=all); only then is the original record acknowledged, marked
 // and committed. If the publish fails the record is nacked: its offset does not advance and the
 // same subscription delivers it again after Config.NackDelay, counting one more attempt.
+//
+// A delay is capped at the largest tier provisioned for T (the policy's longest backoff
+// delay). A millrace.RetryAfter asking for longer is retried after that tier's delay, earlier
+// than asked, and a warning is logged: a longer wait would hold up the tier's partition, and the
+// topics are provisioned from the policy before any handler runs. Capabilities().MaxDelay is
+// Config.MaxDelay (default 24 h), the limit for a policy's delays checked at start-up; the
+// retry middleware caps RetryAfter at that value, not at the largest tier, so size the policy's
+// longest delay for the longest RetryAfter your handlers ask for.
 //
 // Subscribe(ctx, T) consumes T and all of its retry topics as one consumer-group member, merged
 // into one channel, so the same handler sees first attempts and retries. Each partition is

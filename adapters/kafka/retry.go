@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -24,6 +25,13 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 	t, err := a.tierFor(source, req.Delay)
 	if err != nil {
 		return 0, err
+	}
+	if req.Delay > t.delay {
+		// A RetryAfter longer than every tier: the retry is due after the largest tier's
+		// delay, earlier than asked (see the package documentation).
+		a.logger.Warn("kafka: requested retry delay exceeds the largest retry tier; retrying after the tier's delay",
+			slog.String("topic", source), slog.Duration("requested", req.Delay), slog.Duration("tier_delay", t.delay),
+			slog.String("retry_topic", t.topic))
 	}
 	next := req.Attempt
 	next.Number++

@@ -3,6 +3,8 @@ package kafka_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +74,30 @@ func TestTooManyTiersRefused(t *testing.T) {
 	err := a.Provision(ctxT(t, 10*time.Second), uniqueName("tiers"), policy)
 	if !errors.Is(err, millrace.ErrPolicyExceedsAdapter) {
 		t.Fatalf("err %v, want ErrPolicyExceedsAdapter", err)
+	}
+}
+
+// A RetryAfter longer than every tier of the topic is retried after the largest tier's delay
+// (the documented cap), and the adapter warns that the retry comes earlier than asked.
+func TestRetryAfterBeyondLargestTierWarns(t *testing.T) {
+	t.Parallel()
+	topic := uniqueName("cap")
+	logs := &syncBuffer{}
+	a := newAdapter(t, "", func(c *kafka.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	policy := millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(time.Second)}
+	if err := a.Provision(ctxT(t, 10*time.Second), topic, policy); err != nil {
+		t.Fatal(err)
+	}
+	failed := time.Now()
+	msg := newMessage("x")
+	if _, err := a.ScheduleRetry(ctxT(t, 10*time.Second), msg, millrace.RetryRequest{
+		Attempt: millrace.Attempt{Number: 1, OriginalTopic: topic}, Delay: time.Hour, Err: errors.New("busy"), FailedAt: failed,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "exceeds the largest retry tier") {
+		t.Fatalf("no warning that the retry comes earlier than asked; logs:\n%s", logs.String())
 	}
 }
