@@ -80,12 +80,21 @@ type Config struct {
 	// sarama.NewConfig(). The adapter overrides, on a copy, the settings its guarantees depend
 	// on: acks=all and synchronous producer results, no topic auto-creation from metadata
 	// requests, offsets from the oldest record for a new group, auto-commit off and
-	// consumer errors returned. Sarama's metrics are recorded only in the MetricRegistry of a
+	// consumer errors returned. It also raises the rebalance timeout from Sarama's 60 s to
+	// DefaultRebalanceTimeout (5 min) unless another value is set: a handler slower than the
+	// rebalance timeout gets its member evicted during a rebalance and its record handled twice. Sarama's metrics are recorded only in the MetricRegistry of a
 	// configuration given here; with the default, none are (they cost CPU on every request).
 	Sarama *sarama.Config
 	// Logger receives subscription and commit problems. Default slog.Default().
 	Logger *slog.Logger
 }
+
+// DefaultRebalanceTimeout replaces Sarama's 60 s Consumer.Group.Rebalance.Timeout: how long
+// the group waits in a rebalance for a member to finish its records in flight before it evicts
+// the member (whose records are then handled again by the next owner). It must exceed the
+// longest time a handler may take on one record, retry publish included; set
+// Config.Sarama.Consumer.Group.Rebalance.Timeout (to anything but 60 s) to choose another.
+const DefaultRebalanceTimeout = 5 * time.Minute
 
 // Validate checks every field; it returns a *millrace.ConfigError.
 func (c Config) Validate() error {
@@ -193,6 +202,13 @@ func (c Config) saramaConfig() *sarama.Config {
 	sc.Consumer.Offsets.AutoCommit.Enable = false
 	// A member learns of a rebalance at its next heartbeat: 1 s instead of 3 s lets a group
 	// settle quickly when a subscription joins or leaves.
+	// A rebalance waits for the records in the handler (see ConsumeClaim). Sarama's 60 s
+	// default rebalance timeout is shorter than a slow handler's budget (the field report's
+	// 104 s): the broker would evict the member mid-record and the next owner handle it again.
+	// 5 min is Kafka's own max.poll.interval.ms default.
+	if sc.Consumer.Group.Rebalance.Timeout == 60*time.Second {
+		sc.Consumer.Group.Rebalance.Timeout = DefaultRebalanceTimeout
+	}
 	if sc.Consumer.Group.Heartbeat.Interval == 3*time.Second {
 		sc.Consumer.Group.Heartbeat.Interval = time.Second
 	}

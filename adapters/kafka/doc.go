@@ -54,7 +54,9 @@
 // a hundred commits a second rather than one per broker round trip.
 // Config.SyncCommit instead makes every record's commit complete before the next record of its
 // partition is delivered. A rebalance waits for a record in flight to be acknowledged and
-// commits it before the partition moves.
+// commits it before the partition moves, for up to the group's rebalance timeout, raised from
+// Sarama's 60 s to DefaultRebalanceTimeout (5 min): a handler slower than that gets its member
+// evicted and its record handled again by the next owner.
 //
 // A record whose retry or dead letter can never be written (topic deleted, ACL, record near
 // max.message.bytes) is redelivered every Config.NackDelay and holds its partition's committed

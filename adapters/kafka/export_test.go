@@ -1,5 +1,10 @@
 package kafka
 
+import "github.com/IBM/sarama"
+
 // Sessions returns how many consumer-group sessions this adapter's subscriptions started: one
 // per subscription, plus one per rebalance.
 func (a *Adapter) Sessions() int64 { return a.sessions.Load() }
+
+// SaramaConfig returns the client configuration the adapter derives from cfg.
+func SaramaConfig(cfg Config) *sarama.Config { return cfg.withDefaults().saramaConfig() }
