@@ -63,7 +63,8 @@ func (h *groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 	return nil
 }
 
-// commit has the marks made so far committed: at once, or by the committer.
+// commit has the marks made so far committed: at once (SyncCommit; the caller's worker takes
+// its next record, of the same key, only after this returns), or by the committer.
 func (h *groupHandler) commit(sess sarama.ConsumerGroupSession) {
 	if h.sub.a.cfg.SyncCommit {
 		sess.Commit()

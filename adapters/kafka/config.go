@@ -40,8 +40,10 @@ type Config struct {
 	// MaxTiers bounds the distinct delays of a policy, each one retry topic. Default 8, enough
 	// for an exponential backoff over 9 attempts.
 	MaxTiers int
-	// SyncCommit makes each acknowledged record's offset commit complete before the next record
-	// of its partition is delivered. Default false: each acknowledgement marks the offset and
+	// SyncCommit commits synchronously on each acknowledgement that advances the partition's
+	// mark: the commit completes before the next record of the same key is delivered. Records
+	// of other keys are still in flight meanwhile (up to MaxInFlight); set MaxInFlight to 1 too
+	// for each commit to complete before the next record of the partition is delivered. Default false: each acknowledgement marks the offset and
 	// wakes a background committer that commits at once (coalescing acknowledgements that arrive
 	// while a commit is in flight), so a crash redelivers at most the records acknowledged during
 	// one commit round trip. Either way only acknowledged records are ever committed, and

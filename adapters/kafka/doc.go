@@ -52,8 +52,10 @@
 // once per Config.CommitInterval (10 ms by default): acknowledgements that arrive while a
 // commit is in flight or within the interval share the next one, so a busy consumer sends about
 // a hundred commits a second rather than one per broker round trip.
-// Config.SyncCommit instead makes every record's commit complete before the next record of its
-// partition is delivered. A rebalance waits for a record in flight to be acknowledged and
+// Config.SyncCommit instead commits synchronously on every acknowledgement that advances the
+// mark: the commit completes before that worker takes the next record of the same key. Other
+// keys' records of the partition are in flight meanwhile; only with Config.MaxInFlight = 1 does
+// each commit complete before the next record of the partition is delivered. A rebalance waits for a record in flight to be acknowledged and
 // commits it before the partition moves, for up to the group's rebalance timeout, raised from
 // Sarama's 60 s to DefaultRebalanceTimeout (5 min): a handler slower than that gets its member
 // evicted and its record handled again by the next owner.
