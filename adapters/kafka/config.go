@@ -32,6 +32,11 @@ type Config struct {
 	// RetryRetention is the retention.ms of the retry topics: a retry must outlive its delay in
 	// its topic. Default 7 days (Kafka's own default); must exceed MaxDelay.
 	RetryRetention time.Duration
+	// DeadLetterRetention is the retention.ms of the dead-letter topics Provision creates.
+	// Default 0: unlimited (retention.ms=-1), so dead letters are never deleted before an
+	// operator dealt with them (the broker default, often 7 days, would drop them silently).
+	// A dead-letter topic that already exists keeps its settings.
+	DeadLetterRetention time.Duration
 	// MaxDelay is the longest retry delay accepted; longer policies are refused at start-up.
 	// Capabilities().MaxDelay reports it. A RetryAfter delay is further capped at the largest
 	// retry tier provisioned for the topic (see the package documentation).
@@ -122,6 +127,7 @@ func (c Config) Validate() error {
 		{"RetryPartitions", c.RetryPartitions < 0, itoa32(c.RetryPartitions), "must not be negative (0 means as many as the source topic)"},
 		{"ReplicationFactor", c.ReplicationFactor < -1, strconv.Itoa(int(c.ReplicationFactor)), "must be -1 or 0 (broker default) or positive"},
 		{"RetryRetention", c.RetryRetention < 0, c.RetryRetention.String(), "must not be negative (0 means 7 days)"},
+		{"DeadLetterRetention", c.DeadLetterRetention < 0, c.DeadLetterRetention.String(), "must not be negative (0 means unlimited)"},
 		{"MaxDelay", c.MaxDelay < 0, c.MaxDelay.String(), "must not be negative (0 means 24h)"},
 		{"MaxTiers", c.MaxTiers < 0, strconv.Itoa(c.MaxTiers), "must not be negative (0 means 8)"},
 		{"MaxInFlight", c.MaxInFlight < 0, strconv.Itoa(c.MaxInFlight), "must not be negative (0 means 16)"},

@@ -12,7 +12,9 @@
 //	T.dlq                 the dead-letter topic
 //
 // Retry and dead-letter topics get Config.RetryPartitions partitions, by default as many as T,
-// so a key keeps its relative order within each topic.
+// so a key keeps its relative order within each topic. Retry topics keep records for
+// Config.RetryRetention (7 days); the dead-letter topic for Config.DeadLetterRetention,
+// unlimited by default (retention.ms=-1), so no dead letter expires unseen.
 //
 // # Retry
 //

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/millrace/millrace"
@@ -99,5 +100,38 @@ func TestRetryAfterBeyondLargestTierWarns(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "exceeds the largest retry tier") {
 		t.Fatalf("no warning that the retry comes earlier than asked; logs:\n%s", logs.String())
+	}
+}
+
+// The dead-letter topic keeps its records without limit by default (a broker default of
+// 7 days would delete unhandled dead letters silently), or for Config.DeadLetterRetention.
+func TestDeadLetterRetention(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		retention time.Duration
+		want      string
+	}{{0, "-1"}, {30 * 24 * time.Hour, "2592000000"}} {
+		topic := uniqueName("dlq-retention")
+		a := newAdapter(t, "", func(cfg *kafka.Config) { cfg.DeadLetterRetention = c.retention })
+		if err := a.Provision(ctxT(t, 10*time.Second), topic, millrace.RetryPolicy{MaxAttempts: 1}); err != nil {
+			t.Fatal(err)
+		}
+		entries, err := admin(t).DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: a.DeadLetterTopic(topic)})
+		if err != nil {
+			t.Fatalf("describe %s: %v", a.DeadLetterTopic(topic), err)
+		}
+		got := ""
+		for _, e := range entries {
+			if e.Name == "retention.ms" {
+				got = e.Value
+			}
+		}
+		if got != c.want {
+			t.Fatalf("DeadLetterRetention %s: retention.ms = %q, want %q", c.retention, got, c.want)
+		}
+	}
+	bad := kafka.Config{Brokers: []string{"127.0.0.1:1"}, ConsumerGroup: "g", DeadLetterRetention: -time.Second}
+	if err := bad.Validate(); !errors.Is(err, millrace.ErrInvalidConfig) {
+		t.Fatalf("negative DeadLetterRetention: Validate() = %v, want ErrInvalidConfig", err)
 	}
 }

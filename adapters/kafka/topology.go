@@ -96,7 +96,11 @@ func (a *Adapter) Provision(ctx context.Context, topic string, policy millrace.R
 		}
 	}
 	dlq := a.DeadLetterTopic(topic)
-	if err := a.createTopic(admin, dlq, parts, nil); err != nil {
+	dlqRetention := "-1" // unlimited: dead letters wait for an operator
+	if a.cfg.DeadLetterRetention > 0 {
+		dlqRetention = strconv.FormatInt(a.cfg.DeadLetterRetention.Milliseconds(), 10)
+	}
+	if err := a.createTopic(admin, dlq, parts, map[string]*string{"retention.ms": &dlqRetention}); err != nil {
 		return err
 	}
 	if err := a.awaitTopics(ctx, admin, append([]string{topic, dlq}, names...)); err != nil {
