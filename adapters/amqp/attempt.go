@@ -39,10 +39,16 @@ var retryHeaders = []string{millrace.HeaderAttempt, millrace.HeaderFirstAttemptA
 //     another delay (x-death restarts with a new copy), else 1;
 //   - rejections is the sum of x-death counts for this work queue with reason "rejected" or
 //     "delivery_limit": the trips through the first-delay tier;
-//   - returns is x-delivery-count (quorum queues): redeliveries after a crash or requeue.
+//   - returns is x-delivery-count on quorum queues: redeliveries after a crash or requeue. On
+//     classic queues, which keep no delivery count, it is 1 for a delivery flagged redelivered
+//     and 0 otherwise: a redelivery after a failed dead-letter or retry write then arrives past
+//     the attempt it failed on, so the router writes it again without calling the handler
+//     (rather than calling it again every RequeueDelay while the target is unavailable). The
+//     price: a crash redelivery also costs an attempt, as on quorum queues and SQS, and
+//     however often a classic queue redelivers a message it counts once.
 //
 // NativeCount is 1 + rejections + returns: what the broker counted for this copy.
-func decodeAttempt(queue string, d amqp091.Delivery) millrace.Attempt {
+func decodeAttempt(queue string, qt QueueType, d amqp091.Delivery) millrace.Attempt {
 	var md message.Metadata // only a millrace republish carries these headers
 	for _, k := range retryHeaders {
 		if v, ok := d.Headers[k].(string); ok {
@@ -54,6 +60,15 @@ func decodeAttempt(queue string, d amqp091.Delivery) millrace.Attempt {
 	}
 	a := millrace.AttemptFromHeaders(md)
 	n := readNative(d.Headers, queue)
+	if qt != Quorum {
+		// Classic queues set no x-delivery-count (one in the headers came from a publisher). The
+		// redelivered flag is per queue entry: a trip through a retry tier starts a new entry
+		// without it, so this counts only returns since the last rejection.
+		n.returns = 0
+		if d.Redelivered {
+			n.returns = 1
+		}
+	}
 	counted := n.rejections + n.returns
 	a.Number += counted
 	a.NativeCount = 1 + counted

@@ -18,8 +18,9 @@ const DefaultURL = "amqp://guest:guest@127.0.0.1:5672/"
 type QueueType string
 
 const (
-	// Classic queues: no delivery counter; a consumer crash redelivers with the redelivered
-	// flag only, so crash loops are not counted as attempts.
+	// Classic queues: no delivery counter; a redelivery (the redelivered flag, after a consumer
+	// crash or a requeue) counts as one attempt however often it happens, so crash loops are
+	// not bounded; prefer Quorum.
 	Classic QueueType = "classic"
 	// Quorum queues: replicated, with their own x-delivery-count (counted as attempts) and a
 	// delivery limit (Config.DeliveryLimit) that bounds crash loops.

@@ -45,8 +45,13 @@
 // republished copy (else 1), rejections is the sum of the x-death counts for T with reason
 // "rejected" or "delivery_limit", and returns is the quorum queue's x-delivery-count (a consumer
 // crash or requeue; such returns are counted until the next trip through a retry queue, which
-// starts a new queue entry). Classic queues keep no delivery counter, so a crash redelivery keeps
-// its attempt number (metadata MetadataRedelivered is "true"). On quorum queues the router
+// starts a new queue entry). Classic queues keep no delivery counter: there returns is 1 when
+// RabbitMQ flags the delivery redelivered (metadata MetadataRedelivered is "true"), else 0. That
+// is conservative on purpose: after a failed dead-letter or retry write the requeued message
+// arrives past the attempt it failed on, so the router retries the write without calling the
+// handler again (instead of calling it every RequeueDelay while the DLQ is unavailable); in
+// exchange a consumer crash also costs the messages it held an attempt, as on quorum queues and
+// SQS, and a message a classic queue redelivers many times still counts one. On quorum queues the router
 // refuses a policy with more attempts than the delivery limit, so millrace gives up before the
 // broker does. Attempt.OriginalKey is the original routing key: the millrace-original-key header
 // of a republished copy, else the first routing key of the oldest x-death entry, else the

@@ -141,7 +141,7 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 }
 
 // runRouter starts a millrace router with h on topic and stops it when the test ends.
-func runRouter(t testing.TB, a *amqp.Adapter, topic string, policy millrace.RetryPolicy, h router.HandlerFunc) {
+func runRouter(t testing.TB, a millrace.Adapter, topic string, policy millrace.RetryPolicy, h router.HandlerFunc) {
 	t.Helper()
 	r, err := router.New(router.Config{
 		Adapter: a, Policy: policy, CloseTimeout: 5 * time.Second,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/amqp"
+	"github.com/millrace/millrace/deadletter"
 	"github.com/millrace/millrace/router"
 )
 
@@ -69,16 +71,20 @@ func TestChangedFirstDelayIsMismatch(t *testing.T) {
 }
 
 // TestUnroutableDeadLetterIsNotAcked: when the DLQ is missing, the confirmed mandatory publish
-// fails, the original stays unacknowledged and is dead-lettered once the DLQ is back.
+// fails, the original stays unacknowledged and is dead-lettered once the DLQ is back. The
+// handler runs once: each redelivery counts as an attempt (classic queues: the redelivered
+// flag), so it is past MaxAttempts and goes straight to the dead-letter write again.
 func TestUnroutableDeadLetterIsNotAcked(t *testing.T) {
 	ctx := context.Background()
 	topic := uniqueTopic("nodlq")
 	a := newAdapter(ctx, t, amqp.Config{RequeueDelay: 100 * time.Millisecond})
 	var rec recorder
-	runRouter(t, a, topic, millrace.RetryPolicy{MaxAttempts: 1}, func(_ context.Context, msg *message.Message, at millrace.Attempt) error {
+	counted := &countingDeadLetters{Adapter: a}
+	runRouter(t, counted, topic, millrace.RetryPolicy{MaxAttempts: 1}, func(_ context.Context, msg *message.Message, at millrace.Attempt) error {
 		rec.add(msg, at)
 		return errors.New("always fails")
 	})
+	writes := &counted.unroutable // dead-letter writes refused while the DLQ is missing
 	conn, err := amqp091.Dial(brokerURL())
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +98,10 @@ func TestUnroutableDeadLetterIsNotAcked(t *testing.T) {
 		t.Fatal(err)
 	}
 	msg := publishKey(t, a, topic, topic, "payload")
-	waitFor(t, 30*time.Second, "redeliveries while the DLQ is missing", func() bool { return len(rec.snapshot()) >= 3 })
+	waitFor(t, 30*time.Second, "repeated dead-letter writes while the DLQ is missing", func() bool { return writes.Load() >= 3 })
+	if n := len(rec.snapshot()); n != 1 {
+		t.Fatalf("handler called %d times while the DLQ was missing, want 1", n)
+	}
 	dlq := watchDLQ(t, a, topic) // re-declares the DLQ and its binding
 	waitFor(t, 30*time.Second, "the dead letter", func() bool { return len(dlq()) >= 1 })
 	time.Sleep(500 * time.Millisecond)
@@ -107,6 +116,20 @@ func TestUnroutableDeadLetterIsNotAcked(t *testing.T) {
 	if d := queueDepth(t, topic); d != 0 {
 		t.Fatalf("work queue holds %d messages", d)
 	}
+}
+
+// countingDeadLetters counts the dead-letter writes of an adapter that failed as unroutable.
+type countingDeadLetters struct {
+	*amqp.Adapter
+	unroutable atomic.Int32
+}
+
+func (c *countingDeadLetters) DeadLetter(ctx context.Context, msg *message.Message, rec deadletter.Record) error {
+	err := c.Adapter.DeadLetter(ctx, msg, rec)
+	if errors.Is(err, amqp.ErrUnroutable) {
+		c.unroutable.Add(1)
+	}
+	return err
 }
 
 // TestConfigValidate: bad fields are refused with the field named.

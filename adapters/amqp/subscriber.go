@@ -138,7 +138,7 @@ func (s *subscriber) handle(ctx context.Context, topic string, deliveries <-chan
 			}
 		}
 		msg, _ := s.a.marshaler.Unmarshal(d)
-		state := &delivery{attempt: decodeAttempt(topic, d)}
+		state := &delivery{attempt: decodeAttempt(topic, s.a.cfg.QueueType, d)}
 		mctx := context.WithValue(ctx, deliveryKey{}, state)
 		if check := s.a.cfg.CheckDelivery; check != nil {
 			if err := check(d); err != nil {
