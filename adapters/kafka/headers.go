@@ -75,7 +75,11 @@ func OriginFromMetadata(md message.Metadata) (o Origin, ok bool) {
 // from a retry topic (fromRetryTopic) carries no attempt header at all: counting either as a
 // first attempt would grant more attempts than the policy allows.
 func decodeAttempt(md message.Metadata, fromRetryTopic bool) (millrace.Attempt, error) {
-	a := millrace.Attempt{Number: 1, Broker: BrokerName}
+	// The broker-neutral headers (first-attempt time, original topic and key, last error) read
+	// as the core reads them; the attempt number is re-read strictly below, since the core's
+	// parse tolerates what this untrusted input must not (signs, zero, overflow).
+	a := millrace.AttemptFromHeaders(md)
+	a.Number, a.Source, a.Broker = 1, millrace.SourceNone, BrokerName
 	n, found, err := attemptNumber(md)
 	switch {
 	case err != nil:
@@ -85,17 +89,10 @@ func decodeAttempt(md message.Metadata, fromRetryTopic bool) (millrace.Attempt, 
 	case fromRetryTopic:
 		return a, fmt.Errorf("%w: record on a retry topic carries no %s or %s header", ErrUntrustedHeader, millrace.HeaderAttempt, springAttempts)
 	}
-	if v := md.Get(millrace.HeaderFirstAttemptAt); v != "" {
-		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-			a.FirstAttemptAt = t
-		}
-	}
-	a.OriginalTopic = md.Get(millrace.HeaderOriginalTopic)
+	// Spring Kafka's headers fill in what millrace's do not carry.
 	if a.OriginalTopic == "" {
 		a.OriginalTopic = md.Get(springOriginalTopic)
 	}
-	a.OriginalKey = md.Get(millrace.HeaderOriginalKey)
-	a.LastError = md.Get(millrace.HeaderLastError)
 	if a.LastError == "" {
 		a.LastError = millrace.TruncateError(md.Get(springExceptionMessage))
 	}
