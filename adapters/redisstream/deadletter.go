@@ -2,6 +2,7 @@ package redisstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -10,12 +11,28 @@ import (
 	"github.com/millrace/millrace/deadletter"
 )
 
+// ErrNotOwner is wrapped by DeadLetter when the delivery it was given no longer owns its entry:
+// another consumer claimed it (this one overran its budget) or it was acknowledged meanwhile.
+// Nothing is written, and the error makes the router nack rather than ack, so the new owner's
+// delivery is left alone.
+var ErrNotOwner = errors.New("redisstream: entry is no longer pending for this delivery")
+
 // DeadLetter appends the dead letter to the dead-letter stream of rec.OriginalTopic: the
 // original entry's fields byte for byte (for a malformed entry too) plus rec.Fields() as
 // top-level fields. For a message delivered by this adapter the XADD and the XACK of the
-// original run in one Lua script, the XACK only after the XADD succeeded; on error the
-// original stays pending and is recovered after its reclaim threshold. In a Redis Cluster the
-// dead-letter stream must hash to the stream's slot (use a {hash tag} in both names).
+// original run in one Lua script, the XACK only after the XADD succeeded, and only if this
+// delivery still owns the entry (same consumer, same delivery count; otherwise nothing is
+// written and the error wraps ErrNotOwner). On error the original stays pending and is
+// recovered after its reclaim threshold.
+//
+// An entry with more than maxScriptValues/2 fields (Lua cannot unpack that many arguments) is
+// dead-lettered in three steps instead: an ownership check, a plain XADD, then, only if the XADD
+// succeeded, the XACK with a second ownership check. The ordering rule holds (no XACK without a
+// written dead letter) but the steps are not atomic: if another consumer claims the entry in
+// between, it may be dead-lettered twice.
+//
+// In a Redis Cluster the dead-letter stream must hash to the stream's slot: give the stream a
+// {hash tag} (the default "<stream>.dlq" then keeps it) or set Config.DeadLetterStream.
 func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec deadletter.Record) error {
 	d, ok := deliveryFrom(msg)
 	stream := rec.OriginalTopic
@@ -24,8 +41,7 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 	}
 	dlq := a.DeadLetterTopic(stream)
 	if ok {
-		args := append([]any{d.group, d.id}, deadLetterFields(d.fields, rec)...)
-		if err := a.scripts.deadLetter.Run(ctx, a.client, []string{d.stream, dlq, a.retryKey(d.stream)}, args...).Err(); err != nil {
+		if err := a.deadLetterOwned(ctx, d, dlq, deadLetterFields(d.fields, rec)); err != nil {
 			return fmt.Errorf("redisstream: dead-letter %s %s to %s: %w", d.stream, d.id, dlq, err)
 		}
 		a.stats.deadLettered.Add(1)
@@ -44,5 +60,35 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 		return fmt.Errorf("redisstream: dead-letter to %s: %w", dlq, err)
 	}
 	a.stats.deadLettered.Add(1)
+	return nil
+}
+
+// deadLetterOwned writes fields to dlq and acknowledges the delivery's entry, if it still owns it.
+func (a *Adapter) deadLetterOwned(ctx context.Context, d *delivery, dlq string, fields []any) error {
+	owner := []any{d.group, d.id, d.consumer, d.count}
+	if len(fields) <= maxScriptValues {
+		res, err := a.scripts.deadLetter.Run(ctx, a.client, []string{d.stream, dlq, a.retryKey(d.stream)}, append(owner, fields...)...).Result()
+		if err != nil {
+			return err
+		}
+		if n, isInt := res.(int64); isInt && n == 0 {
+			return ErrNotOwner
+		}
+		return nil
+	}
+	// Too wide for one script: check, write, then acknowledge only after the write succeeded.
+	if n, err := a.scripts.owns.Run(ctx, a.client, []string{d.stream}, owner...).Int(); err != nil {
+		return err
+	} else if n == 0 {
+		return ErrNotOwner
+	}
+	if err := a.client.XAdd(ctx, &redis.XAddArgs{Stream: dlq, Values: fields}).Err(); err != nil {
+		return err
+	}
+	if n, err := a.scripts.ackOwned.Run(ctx, a.client, []string{d.stream, a.retryKey(d.stream)}, owner...).Int(); err != nil {
+		return err
+	} else if n == 0 {
+		return ErrNotOwner
+	}
 	return nil
 }

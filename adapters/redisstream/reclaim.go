@@ -13,9 +13,10 @@ import (
 //
 // Retries (claimDue, every ReclaimInterval): ScheduleRetry put each failed entry's due time in
 // the stream's retry schedule, a sorted set. One Lua call takes the due IDs off the schedule
-// (ZRANGEBYSCORE -inf now LIMIT n, so its cost is O(log S + n) whatever the PEL size), then one
-// pipelined round trip XCLAIMs them and reads their new delivery counts. Nothing scans the PEL
-// to find retries.
+// (ZRANGEBYSCORE -inf now LIMIT n, so its cost is O(log S + n) whatever the PEL size) and claims
+// them with JUSTID in the same step (so a recovery pass racing for them finds their idle time
+// reset), then one pipelined round trip XCLAIMs them (count + 1) and reads their new delivery
+// counts. Nothing scans the PEL to find retries.
 //
 // Recovery (recoverStale, every RecoverInterval): entries nobody gave back (their consumer died
 // or overran its budget, or the retry or dead-letter write failed) are found by walking the PEL
@@ -40,7 +41,8 @@ import (
 func (s *subscription) claimDue(free int) int {
 	cfg := &s.a.cfg
 	limit := min(free, cfg.ReclaimBatch)
-	ids, err := s.a.scripts.takeDue.Run(s.ctx, s.a.client, []string{s.a.retryKey(s.stream)}, limit).StringSlice()
+	ids, err := s.a.scripts.takeDue.Run(s.ctx, s.a.client, []string{s.a.retryKey(s.stream), s.stream},
+		cfg.Group, s.consumer, limit).StringSlice()
 	if err != nil {
 		s.moreDue = false
 		s.failed("take due retries", err)
@@ -50,7 +52,9 @@ func (s *subscription) claimDue(free int) int {
 	if len(ids) == 0 {
 		return 0
 	}
-	// One round trip: the claim (which increments each delivery count), then the new counts of
+	// takeDue already claimed the IDs with JUSTID, atomically with taking them off the schedule,
+	// so no recovery pass can claim them in between. One round trip: the claim that increments
+	// each delivery count and returns the fields, then the new counts of
 	// this consumer's pending entries in the claimed ID range (at most the claimed ones plus
 	// those in flight).
 	lo, hi := idRange(ids)

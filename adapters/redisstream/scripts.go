@@ -9,6 +9,8 @@ type scripts struct {
 	retry      *redis.Script
 	takeDue    *redis.Script
 	deadLetter *redis.Script
+	owns       *redis.Script
+	ackOwned   *redis.Script
 }
 
 func newScripts() scripts {
@@ -16,8 +18,15 @@ func newScripts() scripts {
 		retry:      redis.NewScript(retryScript),
 		takeDue:    redis.NewScript(takeDueScript),
 		deadLetter: redis.NewScript(deadLetterScript),
+		owns:       redis.NewScript(ownsScript),
+		ackOwned:   redis.NewScript(ackOwnedScript),
 	}
 }
+
+// maxScriptValues is the most field names and values deadLetterScript is given: Lua unpacks at
+// most about 8,000 values ("too many results to unpack"), so a wider entry is dead-lettered with
+// a plain XADD between two ownership checks instead (see DeadLetter).
+const maxScriptValues = 7000
 
 // luaNow is the server's clock in milliseconds: due times never depend on client clocks.
 const luaNow = `
@@ -41,27 +50,66 @@ redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], 0, ARGV[2], 'IDLE', 0, 'JUSTID')
 return 1
 `
 
-// takeDueScript takes up to ARGV[1] entry IDs whose retry is due off the schedule, so that
-// exactly one consumer gets each. The caller XCLAIMs them next, outside the script: entries
-// passed through Lua cost several times more, and if the caller dies in between, the entries
-// are still pending and the recovery pass finds them.
+// takeDueScript takes up to ARGV[3] entry IDs whose retry is due off the schedule, so that
+// exactly one consumer gets each, and in the same step claims them for this consumer with
+// JUSTID (which resets their idle time but not their delivery count). The pop and that claim
+// are atomic so that a recovery pass cannot claim an entry between them: its XCLAIM MIN-IDLE
+// then sees the reset idle time and skips the entry. The caller XCLAIMs the entries again
+// outside the script, which increments their delivery count and returns their fields (entries
+// passed through Lua cost several times more); if the caller dies in between, the entries are
+// still pending and the recovery pass finds them.
 //
-// KEYS schedule; ARGV limit. Returns the IDs.
+// KEYS schedule, stream; ARGV group, consumer, limit. Returns the IDs.
 const takeDueScript = luaNow + `
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
-if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+for i = 1, #ids, 1000 do
+  local chunk = {}
+  for j = i, math.min(i + 999, #ids) do chunk[#chunk + 1] = ids[j] end
+  redis.call('ZREM', KEYS[1], unpack(chunk))
+  local claim = {'XCLAIM', KEYS[2], ARGV[1], ARGV[2], 0}
+  for _, id in ipairs(chunk) do claim[#claim + 1] = id end
+  claim[#claim + 1] = 'JUSTID'
+  redis.call(unpack(claim))
+end
 return ids
+`
+
+// luaOwned stops a script with 0 unless the entry ARGV[2] is still pending for consumer ARGV[3]
+// with delivery count ARGV[4] (KEYS[1] the stream, ARGV[1] the group): a consumer that overran
+// its budget and lost the entry must not settle the new owner's delivery.
+const luaOwned = `
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+if #p == 0 or p[1][2] ~= ARGV[3] or p[1][4] ~= tonumber(ARGV[4]) then return 0 end
 `
 
 // deadLetterScript appends the dead letter and only then acknowledges the original, atomically:
 // if the XADD fails the script stops with its error and the original stays pending. It also
-// drops the entry from the retry schedule, in case a retry was pending.
+// drops the entry from the retry schedule, in case a retry was pending. It writes nothing
+// unless this delivery still owns the entry (luaOwned).
 //
-// KEYS stream, dead-letter stream, schedule; ARGV group, entry ID, then field/value pairs.
-// Returns the dead letter's entry ID.
-const deadLetterScript = `
-local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3))
+// KEYS stream, dead-letter stream, schedule; ARGV group, entry ID, consumer, delivery count,
+// then field/value pairs (at most maxScriptValues). Returns the dead letter's entry ID, or 0.
+const deadLetterScript = luaOwned + `
+local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 5))
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('ZREM', KEYS[3], ARGV[2])
 return id
+`
+
+// ownsScript reports (1 or 0) whether this delivery still owns the entry (luaOwned).
+//
+// KEYS stream; ARGV group, entry ID, consumer, delivery count.
+const ownsScript = luaOwned + `
+return 1
+`
+
+// ackOwnedScript acknowledges the entry and drops it from the retry schedule if this delivery
+// still owns it (luaOwned); it finishes the dead-lettering of an entry too wide for
+// deadLetterScript, after the XADD succeeded.
+//
+// KEYS stream, schedule; ARGV group, entry ID, consumer, delivery count. Returns 1 or 0.
+const ackOwnedScript = luaOwned + `
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZREM', KEYS[2], ARGV[2])
+return 1
 `
