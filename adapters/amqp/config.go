@@ -63,6 +63,12 @@ type Config struct {
 	// was not sent to a retry tier (failed dead-letter write, failed retry publish, shutdown),
 	// so a broken dependency does not spin. Default 500 ms; the wait ends early on shutdown.
 	RequeueDelay time.Duration
+	// DrainTimeout bounds how long a subscription that is closing (Subscriber.Close, or the
+	// Subscribe context ending) waits for the router to ack or nack the message in flight
+	// before requeueing it. Watermill closes the subscriber as soon as the router starts
+	// closing, so this should be at least the router's CloseTimeout. Default 30 s. Closing the
+	// Adapter ends the wait at once.
+	DrainTimeout time.Duration
 	// ReconnectDelay is the pause before a subscription reopens its channel after the
 	// connection or channel failed. Default 1 s.
 	ReconnectDelay time.Duration
@@ -98,6 +104,7 @@ func (c Config) Validate() error {
 		{"Config.DeliveryLimit", c.DeliveryLimit < 0, strconv.Itoa(c.DeliveryLimit), "must not be negative (0 means 20)"},
 		{"Config.Prefetch", c.Prefetch < 0, strconv.Itoa(c.Prefetch), "must not be negative (0 means 10)"},
 		{"Config.RequeueDelay", c.RequeueDelay < 0, c.RequeueDelay.String(), "must not be negative (0 means 500ms)"},
+		{"Config.DrainTimeout", c.DrainTimeout < 0, c.DrainTimeout.String(), "must not be negative (0 means 30s)"},
 		{"Config.ReconnectDelay", c.ReconnectDelay < 0, c.ReconnectDelay.String(), "must not be negative (0 means 1s)"},
 	}
 	for _, ch := range checks {
@@ -143,6 +150,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RequeueDelay == 0 {
 		c.RequeueDelay = 500 * time.Millisecond
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 30 * time.Second
 	}
 	if c.ReconnectDelay == 0 {
 		c.ReconnectDelay = time.Second

@@ -68,6 +68,13 @@
 // Config.CheckDelivery can refuse a body (e.g. invalid JSON): the delivery is then dead-lettered
 // as Malformed, bytes intact, without calling the handler.
 //
+// # Shutdown
+//
+// Watermill closes the subscriber as soon as the router starts closing. The subscription then
+// takes no new delivery but waits (at most Config.DrainTimeout) for the router to ack or nack the
+// message in flight, whose context is not cancelled, so a handler finishing within the router's
+// CloseTimeout is acked rather than redelivered. Closing the Adapter requeues it at once.
+//
 // The package's own subscriber replaces watermill-amqp's, whose Nack has one static requeue
 // flag; the Marshaler implements watermill-amqp's Marshaler interface and TopologyBuilder
 // returns a watermill-amqp TopologyBuilder, for services that publish with watermill-amqp.

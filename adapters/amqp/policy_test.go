@@ -141,6 +141,7 @@ func TestConfigValidate(t *testing.T) {
 		"Config.Prefetch":                   {Prefetch: -1},
 		"Config.RequeueDelay":               {RequeueDelay: -time.Second},
 		"Config.ReconnectDelay":             {ReconnectDelay: -time.Second},
+		"Config.DrainTimeout":               {DrainTimeout: -time.Second},
 		`Config.Topics["a.dlq"]`:            {Topics: map[string]amqp.Topic{"a.dlq": {}}},
 		`Config.Topics["a"].BindingKeys[0]`: {Topics: map[string]amqp.Topic{"a": {BindingKeys: []string{""}}}},
 		`Config.Topics["a"].Exchange`:       {Topics: map[string]amqp.Topic{"a": {Exchange: "amq.topic"}}},

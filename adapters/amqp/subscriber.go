@@ -31,8 +31,10 @@ type subscriber struct {
 // Subscribe consumes the queue named topic. For a work topic it first declares the topology
 // that does not depend on a retry policy (Provision adds the retry tiers); for a dead-letter
 // topic (see DeadLetterTopic) it declares the DLQ. Messages are handed out one at a time; the
-// channel closes when ctx is done, Close is called or the adapter closes, and a message in
-// flight at that moment goes back to its queue.
+// channel closes when ctx is done or Close is called, once the message in flight (if any) was
+// acked or nacked, at most Config.DrainTimeout later; when the adapter closes, a message in
+// flight goes back to its queue at once. Message contexts are not cancelled by either: the
+// router's CloseTimeout, not the subscriber, decides how long a running handler may finish.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	a := s.a
 	a.mu.Lock()
@@ -46,7 +48,8 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		a.subs.Done()
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	msgCtx := context.WithoutCancel(ctx)
+	stop, cancel := context.WithCancel(ctx)
 	out := make(chan *message.Message)
 	s.wg.Add(1)
 	go func() {
@@ -58,16 +61,17 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			select {
 			case <-s.closing:
 			case <-a.closing:
-			case <-ctx.Done():
+			case <-stop.Done():
 			}
 			cancel()
 		}()
-		s.consume(ctx, topic, out)
+		s.consume(stop, msgCtx, topic, out)
 	}()
 	return out, nil
 }
 
-// Close ends the subscriptions made through s and waits for them.
+// Close ends the subscriptions made through s and waits for them, including for the router's
+// ack or nack of each message in flight (at most Config.DrainTimeout).
 func (s *subscriber) Close() error {
 	s.once.Do(func() { close(s.closing) })
 	s.wg.Wait()
@@ -86,22 +90,22 @@ func (s *subscriber) declare(ctx context.Context, topic string) error {
 	return s.a.declareBase(ch, topic)
 }
 
-// consume opens a channel and consumes until ctx ends, reopening it after a failure.
-func (s *subscriber) consume(ctx context.Context, topic string, out chan<- *message.Message) {
+// consume opens a channel and consumes until stop ends, reopening it after a failure.
+func (s *subscriber) consume(stop, msgCtx context.Context, topic string, out chan<- *message.Message) {
 	log := s.a.cfg.Logger.With(slog.String("queue", topic))
-	for ctx.Err() == nil {
-		ch, deliveries, err := s.open(ctx, topic)
+	for stop.Err() == nil {
+		ch, deliveries, err := s.open(stop, topic)
 		if err != nil {
-			log.WarnContext(ctx, "millrace amqp: cannot consume; retrying", slog.String("error", err.Error()))
+			log.WarnContext(stop, "millrace amqp: cannot consume; retrying", slog.String("error", err.Error()))
 		} else {
-			s.handle(ctx, topic, deliveries, out, log)
+			s.handle(stop, msgCtx, topic, deliveries, out, log)
 			_ = ch.Close() // unacknowledged deliveries go back to the queue
-			if ctx.Err() == nil {
-				log.WarnContext(ctx, "millrace amqp: consumer channel closed; reopening")
+			if stop.Err() == nil {
+				log.WarnContext(stop, "millrace amqp: consumer channel closed; reopening")
 			}
 		}
 		select {
-		case <-ctx.Done():
+		case <-stop.Done():
 		case <-time.After(s.a.cfg.ReconnectDelay):
 		}
 	}
@@ -124,13 +128,14 @@ func (s *subscriber) open(ctx context.Context, topic string) (*amqp091.Channel, 
 	return ch, deliveries, nil
 }
 
-// handle passes deliveries to out one at a time and settles each as the router decided.
-func (s *subscriber) handle(ctx context.Context, topic string, deliveries <-chan amqp091.Delivery, out chan<- *message.Message, log *slog.Logger) {
+// handle passes deliveries to out one at a time and settles each as the router decided. Once
+// stop ends it takes no new delivery, but waits for the router's decision on the one in flight.
+func (s *subscriber) handle(stop, msgCtx context.Context, topic string, deliveries <-chan amqp091.Delivery, out chan<- *message.Message, log *slog.Logger) {
 	for {
 		var d amqp091.Delivery
 		var ok bool
 		select {
-		case <-ctx.Done():
+		case <-stop.Done():
 			return
 		case d, ok = <-deliveries:
 			if !ok {
@@ -139,7 +144,9 @@ func (s *subscriber) handle(ctx context.Context, topic string, deliveries <-chan
 		}
 		msg, _ := s.a.marshaler.Unmarshal(d)
 		state := &delivery{attempt: decodeAttempt(topic, s.a.cfg.QueueType, d)}
-		mctx := context.WithValue(ctx, deliveryKey{}, state)
+		// Not derived from stop: Watermill closes the subscriber as soon as the router starts
+		// closing, while the handler may still finish within the router's CloseTimeout.
+		mctx := context.WithValue(msgCtx, deliveryKey{}, state)
 		if check := s.a.cfg.CheckDelivery; check != nil {
 			if err := check(d); err != nil {
 				mctx = millrace.WithDecodeError(mctx, err)
@@ -148,30 +155,57 @@ func (s *subscriber) handle(ctx context.Context, topic string, deliveries <-chan
 		msg.SetContext(mctx)
 		select {
 		case out <- msg:
-		case <-ctx.Done():
-			settle(log, d.Nack(false, true), msg)
+		case <-stop.Done():
+			settle(log, d.Nack(false, true), msg) // the router never took it
 			return
 		}
-		select {
-		case <-msg.Acked():
+		acked, decided := s.await(stop, msg)
+		switch {
+		case !decided:
+			log.Warn("millrace amqp: no ack or nack for the message in flight at close; it goes back to the queue",
+				slog.String("message_uuid", msg.UUID))
+			settle(log, d.Nack(false, true), msg)
+			return
+		case acked:
 			settle(log, d.Ack(false), msg)
-		case <-msg.Nacked():
-			if state.reject.Load() {
-				settle(log, d.Reject(false), msg)
-				continue
-			}
+		case state.reject.Load():
+			settle(log, d.Reject(false), msg)
+		default:
 			// Not a scheduled retry: put it back, after a pause so a failing dead-letter
 			// write or retry publish does not spin.
 			select {
 			case <-time.After(s.a.cfg.RequeueDelay):
-			case <-ctx.Done():
+			case <-stop.Done():
 			}
 			settle(log, d.Nack(false, true), msg)
-		case <-ctx.Done():
-			settle(log, d.Nack(false, true), msg)
+		}
+		if stop.Err() != nil {
 			return
 		}
 	}
+}
+
+// await waits for the router to ack or nack msg. If stop ends first it keeps waiting, at most
+// Config.DrainTimeout and never past the adapter's Close; decided is false if it gave up.
+func (s *subscriber) await(stop context.Context, msg *message.Message) (acked, decided bool) {
+	select {
+	case <-msg.Acked():
+		return true, true
+	case <-msg.Nacked():
+		return false, true
+	case <-stop.Done():
+	}
+	drain := time.NewTimer(s.a.cfg.DrainTimeout)
+	defer drain.Stop()
+	select {
+	case <-msg.Acked():
+		return true, true
+	case <-msg.Nacked():
+		return false, true
+	case <-drain.C:
+	case <-s.a.closing:
+	}
+	return false, false
 }
 
 // settle logs a failed ack, nack or reject. The message is then redelivered by the broker when
