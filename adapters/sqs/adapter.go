@@ -143,3 +143,11 @@ func (a *Adapter) Close() error {
 	}
 	return a.pub.Close()
 }
+
+// isClosed reports whether Close was called: ScheduleRetry and DeadLetter then return
+// millrace.ErrClosed, like the publisher.
+func (a *Adapter) isClosed() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.closed
+}

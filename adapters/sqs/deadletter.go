@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/deadletter"
 )
 
@@ -15,7 +16,9 @@ import (
 // payload, byte for byte; the original metadata travels as attributes (packed into
 // AttrMetadata when it does not fit) and the record fields packed into one JSON attribute,
 // AttrDeadLetterRecord, because SQS allows only 10 attributes per message. The subscriber
-// expands both, so deadletter.FromMessage reads the record back. Only after SQS confirmed the
+// expands both, so deadletter.FromMessage reads the record back. Metadata is never a reason to
+// fail: values that are not UTF-8 travel as Binary, and a dead letter too large for the queue
+// is trimmed (never its body; see deadLetterMessage and KeyTrimmed). Only after SQS confirmed the
 // send does the nil return let the router ack, which deletes the original; if the send fails,
 // the original stays and SQS delivers it again after the queue's visibility timeout.
 //
@@ -23,7 +26,12 @@ import (
 // the subscriber turns the ack into a nack, so SQS's RedrivePolicy moves the unchanged message
 // on its next receive. If the queue has no matching RedrivePolicy (it was not provisioned, or
 // SQS let the message through past maxReceiveCount), the adapter sends it itself.
+//
+// After Close it returns millrace.ErrClosed.
 func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec deadletter.Record) error {
+	if a.isClosed() {
+		return millrace.ErrClosed
+	}
 	if a.cfg.GiveUp == GiveUpRedrive && rec.Reason == deadletter.Exhausted {
 		if d, ok := deliveryFrom(msg.Context()); ok && a.redriveWillMove(rec.OriginalTopic, d.receiveCount) {
 			_, err := a.client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
@@ -51,15 +59,21 @@ func (a *Adapter) redriveWillMove(topic string, receiveCount int) bool {
 	return ok && receiveCount > 0 && receiveCount == maxReceive
 }
 
-// send marshals msg like the publisher does and sends it to topic's queue, honouring ctx.
+// send builds the dead letter msg with deadLetterMessage (never failing on metadata, trimmed
+// to the dead-letter queue's MaximumMessageSize) and sends it to topic's queue, honouring ctx.
 func (a *Adapter) send(ctx context.Context, topic string, msg *message.Message) error {
-	m, err := marshaler{}.Marshal(msg)
-	if err != nil {
-		return err
-	}
 	url, err := a.urls.url(ctx, topic)
 	if err != nil {
 		return err
+	}
+	limit := a.urls.maxSize(ctx, url)
+	m, err := deadLetterMessage(msg, limit)
+	if err != nil {
+		return err
+	}
+	if note := packedField(m, KeyTrimmed); note != "" || m.MessageAttributes[AttrDeadLetterRecord].StringValue == nil {
+		a.cfg.Logger.WarnContext(ctx, "millrace sqs: dead letter trimmed to fit the dead-letter queue",
+			"queue", a.QueueName(topic), "uuid", msg.UUID, "max_message_size", limit, "trimmed", note)
 	}
 	_, err = a.client.SendMessage(ctx, &awssqs.SendMessageInput{
 		QueueUrl:          aws.String(url),
@@ -67,6 +81,7 @@ func (a *Adapter) send(ctx context.Context, topic string, msg *message.Message) 
 		MessageAttributes: m.MessageAttributes,
 	})
 	if err != nil {
+		a.urls.forgetSize(url) // the queue's limit may have changed: read it again next time
 		return fmt.Errorf("millrace sqs: send to %s: %w", a.QueueName(topic), err)
 	}
 	return nil

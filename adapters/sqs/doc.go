@@ -51,6 +51,17 @@
 // so deadletter.FromMessage reads dead letters received through Subscriber. A delivery whose
 // packed attributes do not decode is dead-lettered as malformed, unchanged.
 //
+// Dead letters never fail on their content (the original would otherwise be lost when SQS's
+// retention ends): a metadata value that is not valid UTF-8 (a Binary attribute of the
+// original) is sent back as a Binary attribute, or base64-encoded in AttrMetadataBinary when
+// the metadata is packed, and reads back byte for byte; record fields that are not valid UTF-8
+// (a handler error text) get U+FFFD for the bad bytes. When the dead letter exceeds the
+// dead-letter queue's MaximumMessageSize (read from the queue, FallbackMaxMessageSize if it
+// cannot be), the adapter drops original metadata entries (largest first), then cuts record
+// fields other than reason and attempts (to 256, then 32 bytes), then keeps only reason and
+// attempts, and as a last resort sends the body alone; the record field KeyTrimmed lists what
+// was trimmed, and a warning is logged. The body is never altered.
+//
 // # Give-up through SQS's RedrivePolicy
 //
 // With GiveUpRedrive, Provision gives the queue the RedrivePolicy {deadLetterTargetArn: the

@@ -14,8 +14,13 @@ var (
 	// refused, never altered.
 	ErrPayloadNotText = errors.New("millrace sqs: payload is not a valid SQS message body")
 	// ErrMetadataNotText is returned by the publisher for a metadata value that is not valid UTF-8:
-	// SQS attributes are text, and the value would otherwise be silently altered.
+	// String attributes are text, and the value would otherwise be silently altered. Dead letters
+	// never fail with it: they carry such values as Binary attributes.
 	ErrMetadataNotText = errors.New("millrace sqs: metadata value is not valid UTF-8")
+	// ErrDeadLetterTooLarge is returned by DeadLetter when the body alone exceeds the dead-letter
+	// queue's MaximumMessageSize (only possible when that is smaller than the source queue's):
+	// the original is not deleted.
+	ErrDeadLetterTooLarge = errors.New("millrace sqs: dead letter exceeds the dead-letter queue's MaximumMessageSize")
 	// ErrQueueMissing is returned when a queue does not exist and Config.CreateQueues is off.
 	ErrQueueMissing = errors.New("millrace sqs: queue does not exist")
 	// ErrQueueMismatch is wrapped by a *MismatchError: an existing queue's attributes differ from

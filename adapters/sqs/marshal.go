@@ -1,6 +1,7 @@
 package sqs
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +31,10 @@ const (
 	// as individual attributes: more entries than fit, a key that is not a valid attribute name,
 	// or an empty value (SQS refuses empty attribute values).
 	AttrMetadata = "millrace-metadata"
+	// AttrMetadataBinary carries, next to AttrMetadata, the metadata values that are not valid
+	// UTF-8 (a dead letter of a message received with Binary attributes) as one JSON object of
+	// base64-encoded values. Unpacked, the values are the original bytes.
+	AttrMetadataBinary = "millrace-metadata-binary"
 )
 
 // Keys the unmarshaler uses to hand native delivery state to the subscriber, which removes them
@@ -57,7 +62,8 @@ var (
 // Marshal refuses (ErrPayloadNotText) a payload that SQS cannot carry byte for byte, and
 // (ErrMetadataNotText) metadata values that are not valid UTF-8. Metadata travels as individual
 // String attributes when it fits, otherwise packed into AttrMetadata; dead-letter fields travel
-// packed into AttrDeadLetterRecord.
+// packed into AttrDeadLetterRecord. Dead letters are built by deadLetterMessage instead, which
+// never refuses metadata.
 func (marshaler) Marshal(msg *message.Message) (*types.Message, error) {
 	if err := checkText(msg.Payload); err != nil {
 		return nil, fmt.Errorf("%w: message %s: %w", ErrPayloadNotText, msg.UUID, err)
@@ -65,42 +71,78 @@ func (marshaler) Marshal(msg *message.Message) (*types.Message, error) {
 	if !isText(msg.UUID) {
 		return nil, fmt.Errorf("%w: message UUID %q", ErrMetadataNotText, msg.UUID)
 	}
-	record := map[string]string{}
-	plain := map[string]string{}
 	for k, v := range msg.Metadata {
 		if !utf8.ValidString(v) || !utf8.ValidString(k) {
 			return nil, fmt.Errorf("%w: message %s: metadata %q", ErrMetadataNotText, msg.UUID, k)
 		}
+	}
+	record, plain := splitMetadata(msg.Metadata)
+	return encode(msg.UUID, msg.Payload, record, plain), nil
+}
+
+// splitMetadata separates the dead-letter record fields from the plain metadata.
+func splitMetadata(md message.Metadata) (record, plain map[string]string) {
+	record, plain = map[string]string{}, map[string]string{}
+	for k, v := range md {
 		if strings.HasPrefix(k, deadletter.KeyPrefix) {
 			record[k] = v
 		} else {
 			plain[k] = v
 		}
 	}
-	attrs := map[string]types.MessageAttributeValue{AttrUUID: stringAttr(msg.UUID)}
+	return record, plain
+}
+
+// encode builds the SQS message. Record values and keys must be valid UTF-8 (JSON escapes
+// the characters SQS refuses); a plain value that is not valid UTF-8 travels as a Binary
+// attribute, or base64-encoded in AttrMetadataBinary when the metadata is packed. An empty uuid
+// is left out (SQS refuses empty attribute values).
+func encode(uuid string, body []byte, record, plain map[string]string) *types.Message {
+	attrs := map[string]types.MessageAttributeValue{}
+	if uuid != "" {
+		attrs[AttrUUID] = stringAttr(uuid)
+	}
 	if len(record) > 0 {
 		attrs[AttrDeadLetterRecord] = stringAttr(packJSON(record))
 	}
 	if individually(plain, MaxAttributes-len(attrs)) {
 		for k, v := range plain {
-			attrs[k] = stringAttr(v)
+			if utf8.ValidString(v) {
+				attrs[k] = stringAttr(v)
+			} else {
+				attrs[k] = binaryAttr(v)
+			}
 		}
 	} else {
-		attrs[AttrMetadata] = stringAttr(packJSON(plain))
+		text, binary := map[string]string{}, map[string]string{}
+		for k, v := range plain {
+			if utf8.ValidString(v) {
+				text[k] = v
+			} else {
+				binary[k] = base64.StdEncoding.EncodeToString([]byte(v))
+			}
+		}
+		if len(text) > 0 {
+			attrs[AttrMetadata] = stringAttr(packJSON(text))
+		}
+		if len(binary) > 0 {
+			attrs[AttrMetadataBinary] = stringAttr(packJSON(binary))
+		}
 	}
-	return &types.Message{Body: aws.String(string(msg.Payload)), MessageAttributes: attrs}, nil
+	return &types.Message{Body: aws.String(string(body)), MessageAttributes: attrs}
 }
 
-// individually reports whether md can travel as at most room individual String attributes.
+// individually reports whether md can travel as at most room individual attributes: String
+// attributes for SQS text, Binary ones for values that are not valid UTF-8.
 func individually(md map[string]string, room int) bool {
 	if len(md) > room {
 		return false
 	}
 	for k, v := range md {
-		if !validAttrName(k) || v == "" || !isText(v) {
+		if !validAttrName(k) || v == "" || (utf8.ValidString(v) && !isText(v)) {
 			return false
 		}
-		if k == AttrUUID || k == AttrDeadLetterRecord || k == AttrMetadata {
+		if k == AttrUUID || k == AttrDeadLetterRecord || k == AttrMetadata || k == AttrMetadataBinary {
 			return false
 		}
 	}
@@ -128,6 +170,10 @@ func validAttrName(k string) bool {
 
 func stringAttr(v string) types.MessageAttributeValue {
 	return types.MessageAttributeValue{DataType: aws.String(wmsqs.AWSStringDataType), StringValue: aws.String(v)}
+}
+
+func binaryAttr(v string) types.MessageAttributeValue {
+	return types.MessageAttributeValue{DataType: aws.String(wmsqs.AWSBinaryDataType), BinaryValue: []byte(v)}
 }
 
 // packJSON encodes m (valid UTF-8 strings) as JSON text that SQS accepts.
@@ -160,6 +206,21 @@ func (marshaler) Unmarshal(m *types.Message) (*message.Message, error) {
 				continue
 			}
 			maps.Copy(md, packed)
+		case AttrMetadataBinary:
+			var packed map[string]string
+			if err := json.Unmarshal([]byte(aws.ToString(v.StringValue)), &packed); err != nil {
+				decodeErrs = append(decodeErrs, fmt.Errorf("attribute %s: %w", k, err))
+				md[k] = aws.ToString(v.StringValue)
+				continue
+			}
+			for pk, pv := range packed {
+				b, err := base64.StdEncoding.DecodeString(pv)
+				if err != nil {
+					decodeErrs = append(decodeErrs, fmt.Errorf("attribute %s, key %q: %w", k, pk, err))
+					b = []byte(pv)
+				}
+				md[pk] = string(b)
+			}
 		default:
 			if s, ok := attrValue(v); ok {
 				md[k] = s

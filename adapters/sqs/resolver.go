@@ -21,6 +21,7 @@ type resolver struct {
 	a     *Adapter
 	mu    sync.RWMutex
 	cache map[string]string // queue name -> URL
+	sizes map[string]int    // queue URL -> MaximumMessageSize
 }
 
 var _ wmsqs.QueueUrlResolver = (*resolver)(nil)
@@ -121,4 +122,42 @@ func (a *Adapter) ensureQueue(ctx context.Context, name string, attrs map[string
 // seconds formats a whole-second duration as SQS attribute text.
 func seconds(d time.Duration) string {
 	return strconv.FormatInt(int64(d/time.Second), 10)
+}
+
+// maxSize returns the MaximumMessageSize of the queue at url, cached; FallbackMaxMessageSize if
+// it cannot be read (not cached, so the next call asks again).
+func (r *resolver) maxSize(ctx context.Context, url string) int {
+	r.mu.RLock()
+	n, ok := r.sizes[url]
+	r.mu.RUnlock()
+	if ok {
+		return n
+	}
+	out, err := r.a.client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
+		QueueUrl:       aws.String(url),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameMaximumMessageSize},
+	})
+	if err != nil {
+		r.a.cfg.Logger.WarnContext(ctx, "millrace sqs: cannot read MaximumMessageSize, assuming the fallback",
+			"queue_url", url, "fallback", FallbackMaxMessageSize, "error", err)
+		return FallbackMaxMessageSize
+	}
+	n, ok = maxMessageSize(out.Attributes[string(types.QueueAttributeNameMaximumMessageSize)])
+	if !ok {
+		return FallbackMaxMessageSize
+	}
+	r.mu.Lock()
+	if r.sizes == nil {
+		r.sizes = map[string]int{}
+	}
+	r.sizes[url] = n
+	r.mu.Unlock()
+	return n
+}
+
+// forgetSize drops the cached MaximumMessageSize of the queue at url.
+func (r *resolver) forgetSize(url string) {
+	r.mu.Lock()
+	delete(r.sizes, url)
+	r.mu.Unlock()
 }

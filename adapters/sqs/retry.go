@@ -37,8 +37,11 @@ func (a *Adapter) DecodeAttempt(msg *message.Message) millrace.Attempt {
 // rounded up; cut to what SQS still allows, 12 h from the receive) and returns NackOriginal: the
 // router nacks, the message is not deleted, and SQS delivers it again when the delay ends, with
 // its receive count one higher. On error the visibility is unchanged and the message returns
-// after the queue's visibility timeout.
+// after the queue's visibility timeout. After Close it returns millrace.ErrClosed.
 func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req millrace.RetryRequest) (millrace.Disposition, error) {
+	if a.isClosed() {
+		return 0, millrace.ErrClosed
+	}
 	d, ok := deliveryFrom(msg.Context())
 	if !ok {
 		return 0, ErrNoDelivery
