@@ -85,7 +85,9 @@ type Config struct {
 	// ReclaimBatch is how many entries one claim or XPENDING call handles at most (it never
 	// exceeds the free window). Default 1000.
 	ReclaimBatch int
-	// DeadLetterStream names the dead-letter stream of a stream. Default: stream + ".dlq".
+	// DeadLetterStream names the dead-letter stream of a stream. Default: stream + ".dlq". In a
+	// Redis Cluster it must hash to the stream's slot: the default does for a stream with a
+	// {hash tag} ("{orders}.events" gives "{orders}.events.dlq"), not for an untagged one.
 	DeadLetterStream func(stream string) string
 	// MaxLen, when positive, trims streams on publish to about this many entries (XADD MAXLEN ~).
 	// Trimmed entries that are still pending are acknowledged and counted by the reclaimer.

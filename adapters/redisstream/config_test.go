@@ -102,3 +102,24 @@ func TestAddedAt(t *testing.T) {
 		}
 	}
 }
+
+// TestAdapterValidateBudget: the adapter method has the signature the router's optional check
+// looks for, refuses what Config.ValidateBudget refuses, and reads 0 as the router's default
+// (MaxBudget), which fits.
+func TestAdapterValidateBudget(t *testing.T) {
+	a, err := New(Config{Group: "g", ProcessingBudget: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var check interface{ ValidateBudget(time.Duration) error } = a
+	for b, ok := range map[time.Duration]bool{0: true, 104 * time.Second: true, 2 * time.Minute: true, 3 * time.Minute: false, -time.Second: false} {
+		err := check.ValidateBudget(b)
+		if ok && err != nil {
+			t.Errorf("router budget %s refused: %v", b, err)
+		}
+		if !ok && !errors.Is(err, millrace.ErrInvalidConfig) {
+			t.Errorf("router budget %s: err %v, want a ConfigError", b, err)
+		}
+	}
+}

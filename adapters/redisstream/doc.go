@@ -24,7 +24,9 @@
 // is no XACK and no in-process resend, and the subscription's Nack does nothing to Redis.
 // ScheduleRetry (one Lua script, which first checks that this consumer still owns the entry)
 // records the entry's due time, the failure time plus the delay on the server's clock, in the
-// stream's retry schedule: a sorted set "millrace:retry:{<stream>}:<group>". Every
+// stream's retry schedule: a sorted set "millrace:retry:{<stream>}:<group>", or, for a stream
+// with a Redis Cluster hash tag such as "{orders}.events", "millrace:retry:{orders}:<stream>:<group>"
+// (the stream's own tag, so that the schedule shares its slot). Every
 // Config.ReclaimInterval each subscription takes the due IDs off the schedule in one Lua call
 // (O(log n + due), whatever the PEL size) and XCLAIMs them in one pipelined round trip, which
 // increments their delivery count. So each entry waits the delay of its own attempt, and any delay works, a
@@ -40,14 +42,21 @@
 //
 // With the field report's values (check every minute, claim after 5 minutes idle, dead-letter
 // when the delivery count exceeds 3): ReclaimInterval and RecoverInterval 1 min, MinIdle 5 min,
-// policy {MaxAttempts: 3, Backoff: Fixed(5 min)}. The Attempt middleware dead-letters the fourth
-// delivery as exhausted before the handler runs.
+// policy {MaxAttempts: 3, Backoff: Fixed(5 min)}. The third delivery's failure is the last
+// allowed attempt: Retry turns it into Exhausted and Poison dead-letters it at once, without a
+// fourth delivery. Only a delivery that arrives past the limit anyway (the third one's consumer
+// died, or its dead-letter write failed) is dead-lettered by the Attempt middleware before the
+// handler runs.
 //
 // # Processing budget
 //
 // The reclaimer must never take an entry from a live consumer that is still within its budget.
 // Config.ProcessingBudget is that budget (router.Config.Budget plus headroom for the dead-letter
-// or retry write; check it with Config.ValidateBudget); Validate refuses a MinIdle shorter than
+// or retry write). The router enforces it: the Adapter is a millrace.BudgetBounded whose MaxBudget
+// is ProcessingBudget, so router.Config.Validate refuses a longer router.Config.Budget and a
+// Budget of 0 becomes ProcessingBudget. Adapter.ValidateBudget (Config.ValidateBudget, with 0
+// read as that default) makes the same check for callers and router checks that want an error
+// per adapter. Validate refuses a MinIdle shorter than
 // it, and no recovery threshold is shorter than MinIdle. A short policy delay is still honoured
 // after a failure, because a failed entry has no live consumer any more.
 //
@@ -55,9 +64,25 @@
 //
 // DeadLetter appends to the dead-letter stream (default "<stream>.dlq", Config.DeadLetterStream)
 // the original entry's fields byte for byte, then deadletter.Record.Fields() as top-level
-// fields, and acknowledges the original in the same Lua script, only after the XADD succeeded.
-// A failed write leaves the entry pending; it is recovered after its threshold. In a Redis
-// Cluster, the stream, its dead-letter stream and its retry schedule must share a hash slot. Field order is canonical (UUID, payload, metadata,
+// fields, and acknowledges the original in the same Lua script, only after the XADD succeeded,
+// and only if the delivery still owns the entry (same consumer and delivery count): a consumer
+// that lost its entry to another writes nothing and gets an error wrapping ErrNotOwner, so the
+// router nacks instead of acking the new owner's entry. A failed write leaves the entry pending;
+// it is recovered after its threshold. An entry with more fields than a Lua script can unpack
+// (about 3,500) is written with a plain XADD between two ownership checks, the XACK still only
+// after the XADD succeeded; those steps are not atomic, so if another consumer claims the entry
+// in between it can be dead-lettered twice.
+//
+// In a Redis Cluster, the stream, its dead-letter stream and its retry schedule must share a hash
+// slot. Give every stream a hash tag, e.g. "{orders}.events": the default dead-letter stream
+// "{orders}.events.dlq" and the retry schedule keep that tag. The default dead-letter stream of
+// an untagged stream ("orders.dlq") lands in another slot and every dead letter fails with
+// CROSSSLOT: tag the stream or set Config.DeadLetterStream. A stream name with a "}" but no tag
+// (e.g. "{}x" or "a}b") cannot share a slot with any retry schedule; do not use one in a
+// cluster. This is derived from the cluster specification and unit-tested on the key names
+// only; the adapter has not been run against a Redis Cluster.
+//
+// Field order is canonical (UUID, payload, metadata,
 // other fields sorted, then the record's), since go-redis does not keep the original order.
 // Reading a dead-letter stream through Subscribe merges the record fields into the metadata, so
 // deadletter.FromMessage decodes it. Scheduled or pending entries that were trimmed or deleted

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -45,8 +46,28 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 }
 
 // retryKey names the retry schedule of stream for the group: a sorted set of entry IDs scored
-// by due time. Its hash tag is the stream name, so that in a Redis Cluster it shares the
-// stream's slot (for a stream name without braces).
+// by due time. In a Redis Cluster it must share the stream's hash slot (the scripts touch both),
+// so its hash tag is the stream's own: the stream's {tag} when it has one
+// ("millrace:retry:{orders}:{orders}.events:<group>"), else the whole stream name
+// ("millrace:retry:{<stream>}:<group>"). Wrapping a tagged name in braces would not work: the tag
+// of "{{orders}.events}" is "{orders".
 func (a *Adapter) retryKey(stream string) string {
+	if tag, ok := hashTag(stream); ok {
+		return "millrace:retry:{" + tag + "}:" + stream + ":" + a.cfg.Group
+	}
 	return "millrace:retry:{" + stream + "}:" + a.cfg.Group
+}
+
+// hashTag returns the part of key Redis Cluster hashes when it is not the whole key: the text
+// between the first "{" and the first "}" after it, if that text is not empty.
+func hashTag(key string) (string, bool) {
+	_, after, ok := strings.Cut(key, "{")
+	if !ok {
+		return "", false
+	}
+	tag, _, ok := strings.Cut(after, "}")
+	if !ok || tag == "" {
+		return "", false
+	}
+	return tag, true
 }

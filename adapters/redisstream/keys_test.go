@@ -1,0 +1,62 @@
+package redisstream
+
+import "testing"
+
+// keySlot is Redis Cluster's hash slot of key: CRC16 (XMODEM) of its hash tag, or of the whole
+// key without one, modulo 16384.
+func keySlot(key string) uint16 {
+	if tag, ok := hashTag(key); ok {
+		key = tag
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
+}
+
+// TestKeySlot checks the test's slot function against the values in the Redis Cluster
+// specification, so that TestKeysShareTheStreamSlot means something.
+func TestKeySlot(t *testing.T) {
+	for key, want := range map[string]uint16{"somekey": 11058, "foo{hash_tag}": 2515, "hash_tag": 2515, "foo{}{bar}": 8363} {
+		if got := keySlot(key); got != want {
+			t.Errorf("keySlot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}
+
+// TestKeysShareTheStreamSlot: the retry schedule (always) and the default dead-letter stream
+// (for a stream with a {hash tag}) hash to the stream's slot, which Redis Cluster needs for the
+// scripts that touch them together.
+func TestKeysShareTheStreamSlot(t *testing.T) {
+	a := &Adapter{cfg: Config{Group: "g"}}
+	a.cfg.setDefaults()
+	for _, tc := range []struct {
+		stream, retryKey string
+		dlqShares        bool
+	}{
+		{"orders", "millrace:retry:{orders}:g", false},
+		{"{orders}.events", "millrace:retry:{orders}:{orders}.events:g", true},
+		{"billing.{acct}.events", "millrace:retry:{acct}:billing.{acct}.events:g", true},
+		{"a{b", "millrace:retry:{a{b}:g", false},
+	} {
+		if got := a.retryKey(tc.stream); got != tc.retryKey {
+			t.Errorf("retryKey(%q) = %q, want %q", tc.stream, got, tc.retryKey)
+		}
+		if s, r := keySlot(tc.stream), keySlot(a.retryKey(tc.stream)); s != r {
+			t.Errorf("stream %q in slot %d, its retry schedule %q in slot %d", tc.stream, s, a.retryKey(tc.stream), r)
+		}
+		dlq := a.DeadLetterTopic(tc.stream)
+		if shares := keySlot(dlq) == keySlot(tc.stream); shares != tc.dlqShares {
+			t.Errorf("stream %q (slot %d), dead-letter stream %q (slot %d): same slot %v, want %v",
+				tc.stream, keySlot(tc.stream), dlq, keySlot(dlq), shares, tc.dlqShares)
+		}
+	}
+}
