@@ -20,7 +20,8 @@ type QueueType string
 const (
 	// Classic queues: no delivery counter; a redelivery (the redelivered flag, after a consumer
 	// crash or a requeue) counts as one attempt however often it happens, so crash loops are
-	// not bounded; prefer Quorum.
+	// not bounded. Dead-lettering into the first retry tier is at-most-once: a retry is lost
+	// if that tier is missing (see the package documentation). Prefer Quorum.
 	Classic QueueType = "classic"
 	// Quorum queues: replicated, with their own x-delivery-count (counted as attempts) and a
 	// delivery limit (Config.DeliveryLimit) that bounds crash loops.

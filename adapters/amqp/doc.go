@@ -39,6 +39,17 @@
 // unroutable, the original is not acked: it is requeued after Config.RequeueDelay. Any nack other
 // than a scheduled retry requeues.
 //
+// # Classic queues lose retries when dead-lettering fails: prefer quorum queues
+//
+// The first-delay retry path is at-most-once on classic queues. basic.reject removes the message
+// from T before RabbitMQ has put it in T.retry, and classic queues dead-letter at-most-once: if
+// T.retry is missing (deleted, not yet provisioned by this deployment) or refuses the message,
+// RabbitMQ drops it silently, and every message rejected for a retry meanwhile is lost. Quorum
+// queues declare x-dead-letter-strategy = at-least-once and keep the message until T.retry has
+// confirmed it. Retries to the other tiers and dead letters are confirmed copies on both queue
+// types and are not affected. Use QueueType Quorum wherever a lost retry matters; on classic
+// queues, never delete T.retry while consumers run.
+//
 // # Attempt
 //
 // Attempt.Number = base + rejections + returns, where base is the millrace-attempt header of a

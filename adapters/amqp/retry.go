@@ -15,7 +15,9 @@ import (
 //
 // For the policy's first delay (with a Fixed backoff: every retry) it returns NackOriginal: the
 // subscriber rejects the delivery without requeue, RabbitMQ dead-letters it into topic.retry,
-// counts it in x-death, and the TTL brings it back to the work queue.
+// counts it in x-death, and the TTL brings it back to the work queue. On classic queues that
+// dead-lettering is at-most-once (a missing topic.retry drops the message); quorum queues use
+// the at-least-once strategy. See the package documentation.
 //
 // For any other tier, RabbitMQ's x-dead-letter-routing-key (one per queue) cannot choose it, so
 // a copy is published to the tier with publisher confirms and AckOriginal is returned. The copy
