@@ -53,6 +53,11 @@ const (
 	MaxWaitTime = 20 * time.Second
 	// MaxAttributes is the number of message attributes SQS accepts per message.
 	MaxAttributes = 10
+	// MinVisibilityMargin is the least time Validate requires between ProcessingBudget and
+	// VisibilityTimeout: after the handler returns, the retry (ChangeMessageVisibility) or the
+	// dead-letter send and delete must still happen while the message is invisible. One second
+	// covers calls to a nearby endpoint; leave more (a few seconds) against AWS.
+	MinVisibilityMargin = time.Second
 )
 
 // Config configures the SQS adapter. Zero fields take the defaults shown; ProcessingBudget is
@@ -70,15 +75,17 @@ type Config struct {
 
 	// VisibilityTimeout is the queues' visibility timeout: how long a received message stays
 	// hidden from other consumers while one handles it. Whole seconds, at most 12 h. Default 60 s
-	// (the field report's production value). It must exceed ProcessingBudget, or a second consumer
-	// receives the message while the first still works on it. It also bounds the retry delays:
+	// (the field report's production value). It must exceed ProcessingBudget by at least
+	// MinVisibilityMargin, or a second consumer receives the message while the first still works
+	// on it. It also bounds the retry delays:
 	// Capabilities().MaxDelay is 12 h minus VisibilityTimeout.
 	VisibilityTimeout time.Duration
-	// ProcessingBudget is the longest a handler may run. Required, > 0 and < VisibilityTimeout.
-	// Set it to the router's Config.Budget (the handler's context deadline): the adapter cannot
-	// see the router's configuration, and only a budget the router enforces makes this promise
-	// hold. Leave VisibilityTimeout - ProcessingBudget large enough (a few seconds) for the
-	// receive-to-handler latency and the retry or dead-letter call after the handler returns.
+	// ProcessingBudget is the longest a handler may run. Required, > 0 and at most
+	// VisibilityTimeout - MinVisibilityMargin (1 s). Set it to the router's Config.Budget (the
+	// handler's context deadline): the adapter cannot see the router's configuration, and only a
+	// budget the router enforces makes this promise hold. Against AWS, leave a few seconds
+	// between the two for the receive-to-handler latency and the retry or dead-letter call after
+	// the handler returns.
 	ProcessingBudget time.Duration
 
 	// GiveUp says who moves exhausted messages to the dead-letter queue. Default GiveUpSend.
@@ -140,9 +147,11 @@ func (c Config) Validate() error {
 	case c.ProcessingBudget <= 0:
 		return &millrace.ConfigError{Field: field("ProcessingBudget"), Value: c.ProcessingBudget.String(),
 			Rule: "is required and must be positive: set it to the router's Config.Budget"}
-	case c.ProcessingBudget >= c.VisibilityTimeout:
+	case c.VisibilityTimeout-c.ProcessingBudget < MinVisibilityMargin:
 		return &millrace.ConfigError{Field: field("ProcessingBudget"), Value: c.ProcessingBudget.String(),
-			Rule: fmt.Sprintf("must be strictly less than VisibilityTimeout = %s, or a second consumer receives the message while the first still handles it", c.VisibilityTimeout)}
+			Rule: fmt.Sprintf("must be at most sqs.Config.VisibilityTimeout (%s) minus %s (MinVisibilityMargin, for the retry or "+
+				"dead-letter call after the handler), or a second consumer receives the message while the first still handles it",
+				c.VisibilityTimeout, MinVisibilityMargin)}
 	case c.GiveUp != GiveUpSend && c.GiveUp != GiveUpRedrive:
 		return &millrace.ConfigError{Field: field("GiveUp"), Value: c.GiveUp.String(), Rule: "must be GiveUpSend or GiveUpRedrive"}
 	case !validQueueChars(c.DeadLetterSuffix) || len(c.DeadLetterSuffix) > 40:

@@ -28,6 +28,8 @@ func TestConfigValidate(t *testing.T) {
 		{"budget missing", func(c *sqs.Config) { c.ProcessingBudget = 0 }, "ProcessingBudget"},
 		{"budget equals visibility", func(c *sqs.Config) { c.ProcessingBudget = 60 * time.Second }, "ProcessingBudget"},
 		{"field report: 104s budget with 60s visibility", func(c *sqs.Config) { c.ProcessingBudget = 104 * time.Second }, "ProcessingBudget"},
+		{"budget within the margin of visibility", func(c *sqs.Config) { c.ProcessingBudget = 59999 * time.Millisecond }, "ProcessingBudget"},
+		{"budget exactly the margin below visibility", func(c *sqs.Config) { c.ProcessingBudget = 60*time.Second - sqs.MinVisibilityMargin }, ""},
 		{"budget below visibility", func(c *sqs.Config) { c.VisibilityTimeout = 2 * time.Minute; c.ProcessingBudget = 104 * time.Second }, ""},
 		{"visibility not whole seconds", func(c *sqs.Config) { c.VisibilityTimeout = 1500 * time.Millisecond; c.ProcessingBudget = time.Second }, "VisibilityTimeout"},
 		{"visibility above 12h", func(c *sqs.Config) { c.VisibilityTimeout = 13 * time.Hour }, "VisibilityTimeout"},

@@ -29,8 +29,9 @@
 //   - ChangeMessageVisibility cannot hide a message beyond 12 h counted from its receive, and
 //     the retry is scheduled up to VisibilityTimeout after the receive, so
 //     Capabilities.MaxDelay = 12 h - VisibilityTimeout. A RetryAfter delay above it is cut to it.
-//   - VisibilityTimeout must exceed ProcessingBudget (set ProcessingBudget to the router's
-//     Config.Budget), or a second consumer receives a message while the first still handles it.
+//   - VisibilityTimeout must exceed ProcessingBudget by at least MinVisibilityMargin (1 s; set
+//     ProcessingBudget to the router's Config.Budget), or a second consumer receives a message
+//     while the first still handles it or its retry or dead letter is written.
 //   - A queue RedrivePolicy whose maxReceiveCount differs from RetryPolicy.MaxAttempts is refused.
 //   - The queue's MessageRetentionPeriod must outlast every attempt and delay (Provision checks;
 //     a policy needing more than SQS's 14 days is refused).
