@@ -58,6 +58,18 @@ type order struct {
 	ID string `json:"id"`
 }
 
+// syncWriter serializes writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
 // outcome is what happened to one message, by routing key.
 type outcome struct {
 	attempts int
@@ -65,6 +77,7 @@ type outcome struct {
 }
 
 func run(ctx context.Context, out io.Writer, o options) error {
+	out = &syncWriter{w: out} // the handler prints while the publishing loop may print too
 	adapter, err := amqp.New(ctx, amqp.Config{
 		URL:    o.url,
 		Topics: map[string]amqp.Topic{o.queue: {Exchange: o.exchange, BindingKeys: []string{"hub.#"}}},
