@@ -72,13 +72,29 @@ func (s *subscription) claimDue(free int) int {
 	return s.handOut(kept, cs)
 }
 
-// countOf reads the delivery count of one pending entry (1 if it cannot be read).
-func (s *subscription) countOf(id string) int64 {
+// countOf reads the delivery count of one pending entry; ok is false when it cannot be read
+// (a failed call, or the entry is no longer pending).
+func (s *subscription) countOf(id string) (count int64, ok bool) {
 	p, err := s.a.client.XPendingExt(s.ctx, &redis.XPendingExtArgs{Stream: s.stream, Group: s.a.cfg.Group, Start: id, End: id, Count: 1}).Result()
 	if err != nil || len(p) == 0 {
-		return 1
+		return 0, false
 	}
-	return p[0].RetryCount
+	return p[0].RetryCount, true
+}
+
+// putBack makes claimed entries whose delivery count could not be read due at once on the
+// retry schedule, so the next reclaim tick claims them again (counting one more delivery, so
+// the interruption can cost an attempt but never grant an extra one). If that write fails too,
+// they stay pending and the recovery pass finds them after their threshold.
+func (s *subscription) putBack(ids []string) {
+	due := make([]redis.Z, len(ids))
+	for i, id := range ids {
+		due[i] = redis.Z{Score: 1, Member: id} // due at once; never 0 (read as "not scheduled")
+	}
+	if err := s.a.client.ZAdd(s.ctx, s.a.retryKey(s.stream), due...).Err(); err != nil {
+		s.failed("ZADD", err)
+	}
+	s.moreDue = true
 }
 
 // dropDeleted acknowledges and counts the IDs among ids that no longer exist in the stream
@@ -208,7 +224,8 @@ func (s *subscription) recoverStale(free int) int {
 }
 
 // withCounts pairs the claimed entries with their delivery counts (read in the claim's round
-// trip, or one by one if missing) and acknowledges the asked IDs that turned out deleted.
+// trip, or one by one if missing), puts back the entries whose count cannot be read (putBack)
+// and acknowledges the asked IDs that turned out deleted.
 func (s *subscription) withCounts(asked []string, entries []redis.XMessage, pend *redis.XPendingExtCmd) ([]redis.XMessage, []int64) {
 	counts := make(map[string]int64, len(entries))
 	if p, err := pend.Result(); err == nil {
@@ -217,19 +234,29 @@ func (s *subscription) withCounts(asked []string, entries []redis.XMessage, pend
 		}
 	}
 	got := make(map[string]struct{}, len(entries))
+	var unknown []string
 	kept := entries[:0]
 	cs := make([]int64, 0, len(entries))
 	for _, e := range entries {
 		if len(e.Values) == 0 { // Redis < 7 returns deleted entries as nil
 			continue
 		}
+		got[e.ID] = struct{}{}
 		c, ok := counts[e.ID]
 		if !ok {
-			c = s.countOf(e.ID)
+			c, ok = s.countOf(e.ID)
 		}
-		got[e.ID] = struct{}{}
+		if !ok { // never guess: a count of 1 would reset the attempt and outlive MaxAttempts
+			unknown = append(unknown, e.ID)
+			continue
+		}
 		kept = append(kept, e)
 		cs = append(cs, c)
+	}
+	if len(unknown) > 0 {
+		s.a.cfg.Logger.Warn("redisstream: could not read the delivery count of claimed entries; they are delivered again later",
+			slog.String("stream", s.stream), slog.Int("entries", len(unknown)))
+		s.putBack(unknown)
 	}
 	if len(got) < len(asked) {
 		var missing []string

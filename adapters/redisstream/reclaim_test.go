@@ -1,0 +1,76 @@
+package redisstream
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestUnreadableCountIsNotDelivered: when the delivery count of a claimed entry cannot be read
+// (here XPENDING fails with NOGROUP), the entry is not handed out with a guessed count of 1
+// (which would reset its attempts past MaxAttempts) but put back on the retry schedule.
+func TestUnreadableCountIsNotDelivered(t *testing.T) {
+	t.Parallel()
+	c := testClient(t)
+	cfg := testConfig()
+	cfg.Group = "no-such-group"
+	a := newTestAdapter(t, cfg)
+	stream := uniqueStream(t)
+	ctx := context.Background()
+	id, err := c.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"k": "v"}}).Result()
+	if err != nil {
+		t.Fatalf("XADD: %v", err)
+	}
+	t.Cleanup(func() { c.Del(context.Background(), stream, a.retryKey(stream)) })
+	s := newSubscription(ctx, a, stream)
+	defer s.cancel()
+	pend := redis.NewXPendingExtCmd(ctx)
+	pend.SetErr(errors.New("the pipelined XPENDING failed"))
+	kept, counts := s.withCounts([]string{id}, []redis.XMessage{{ID: id, Values: map[string]any{"k": "v"}}}, pend)
+	if len(kept) != 0 {
+		t.Fatalf("entry handed out with count %v although its count could not be read", counts)
+	}
+	if score, err := c.ZScore(ctx, a.retryKey(stream), id).Result(); err != nil || score != 1 {
+		t.Errorf("entry on the retry schedule: score %v, err %v; want due at once", score, err)
+	}
+}
+
+// TestTakeDueClaimsAtomically: taking a due retry off the schedule claims it in the same script
+// (idle time reset, owner changed, count unchanged), so a recovery pass racing for the entry
+// (XCLAIM with its MIN-IDLE) gets nothing between the pop and claimDue's XCLAIM.
+func TestTakeDueClaimsAtomically(t *testing.T) {
+	t.Parallel()
+	c := testClient(t)
+	a := newTestAdapter(t, testConfig())
+	stream := uniqueStream(t)
+	ctx := context.Background()
+	if err := a.ensureGroup(ctx, stream); err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"k": "v"}}).Result()
+	if err != nil {
+		t.Fatalf("XADD: %v", err)
+	}
+	if err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: a.cfg.Group, Consumer: "failed", Streams: []string{stream, ">"}}).Err(); err != nil {
+		t.Fatalf("XREADGROUP: %v", err)
+	}
+	time.Sleep(60 * time.Millisecond) // idle long enough for the racing recovery pass below
+	if err := c.ZAdd(ctx, a.retryKey(stream), redis.Z{Score: 1, Member: id}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := a.scripts.takeDue.Run(ctx, c, []string{a.retryKey(stream), stream}, a.cfg.Group, "taker", 10).StringSlice()
+	if err != nil || len(ids) != 1 || ids[0] != id {
+		t.Fatalf("takeDue: %v %v, want [%s]", ids, err, id)
+	}
+	stolen, err := c.XClaim(ctx, &redis.XClaimArgs{Stream: stream, Group: a.cfg.Group, Consumer: "recoverer", MinIdle: 50 * time.Millisecond, Messages: []string{id}}).Result()
+	if err != nil || len(stolen) != 0 {
+		t.Fatalf("a recovery XCLAIM after takeDue got %v (err %v): both consumers would deliver the entry", stolen, err)
+	}
+	p, err := c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: a.cfg.Group, Start: id, End: id, Count: 1}).Result()
+	if err != nil || len(p) != 1 || p[0].Consumer != "taker" || p[0].RetryCount != 1 {
+		t.Fatalf("after takeDue: %+v %v, want owned by taker with its count unchanged (1)", p, err)
+	}
+}
