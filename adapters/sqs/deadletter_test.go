@@ -155,3 +155,36 @@ func TestClosedAdapterRefusesRetryAndDeadLetter(t *testing.T) {
 		t.Errorf("DeadLetter after Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestGiveUpRedriveFallbackSends: under GiveUpRedrive, a message SQS did not move (its queue
+// lost the RedrivePolicy, so the receive count passes maxReceiveCount) is dead-lettered by the
+// adapter itself, with the record, instead of being handed back to SQS forever.
+func TestGiveUpRedriveFallbackSends(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.GiveUp = sqs.GiveUpRedrive
+	a := newAdapter(t, cfg)
+	topic := uniqueTopic("redrive")
+	calls := &recorder{}
+	runRouter(t, a, topic, router.Config{Policy: millrace.RetryPolicy{MaxAttempts: 2, Backoff: millrace.Fixed(time.Second)}},
+		func(_ context.Context, _ *message.Message, at millrace.Attempt) error {
+			calls.add(at)
+			return errors.New("always fails")
+		})
+	// Provision (router.Run) set the RedrivePolicy; remove it, so SQS never moves the message.
+	if _, err := a.Client().SetQueueAttributes(context.Background(), &awssqs.SetQueueAttributesInput{
+		QueueUrl: aws.String(queueURL(t, a, a.QueueName(topic))), Attributes: map[string]string{"RedrivePolicy": ""},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	msg := message.NewMessage(watermill.NewUUID(), []byte("redrive me"))
+	if err := a.Publisher().Publish(topic, msg); err != nil {
+		t.Fatal(err)
+	}
+	r := readDeadLetter(t, a, a.DeadLetterTopic(topic))
+	if r.Reason != deadletter.Exhausted || r.UUID != msg.UUID || string(r.Payload) != "redrive me" || r.Attempts < 2 {
+		t.Fatalf("record %+v", r)
+	}
+	if n := len(calls.snapshot()); n != 2 {
+		t.Fatalf("handler called %d times, want 2 (MaxAttempts)", n)
+	}
+}
