@@ -27,9 +27,11 @@
 // stream's retry schedule: a sorted set "millrace:retry:{<stream>}:<group>", or, for a stream
 // with a Redis Cluster hash tag such as "{orders}.events", "millrace:retry:{orders}:<stream>:<group>"
 // (the stream's own tag, so that the schedule shares its slot). Every
-// Config.ReclaimInterval each subscription takes the due IDs off the schedule in one Lua call
-// (O(log n + due), whatever the PEL size) and XCLAIMs them in one pipelined round trip, which
-// increments their delivery count. So each entry waits the delay of its own attempt, and any delay works, a
+// Config.ReclaimInterval each subscription takes the due IDs off the schedule and claims them
+// (JUSTID, so that no recovery pass can claim them too) in one Lua call (O(log n + due),
+// whatever the PEL size), then XCLAIMs them in one pipelined round trip, which increments their
+// delivery count. A claimed entry whose delivery count cannot be read is not delivered with a
+// guessed one: it goes back on the schedule, due at once. So each entry waits the delay of its own attempt, and any delay works, a
 // millrace.RetryAfter longer than the policy's included. Delays have the resolution of
 // ReclaimInterval.
 //
