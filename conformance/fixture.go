@@ -30,6 +30,7 @@ type call struct {
 type fixture struct {
 	t       *testing.T
 	opts    Options
+	harness Harness
 	adapter millrace.Adapter
 	topic   string
 	handler string
@@ -52,6 +53,7 @@ func newFixture(t *testing.T, h Harness, opts Options) *fixture {
 	return &fixture{
 		t:       t,
 		opts:    opts,
+		harness: h,
 		adapter: a,
 		topic:   fmt.Sprintf("conf.%s.%08x", strings.ToLower(name), rand.Uint32()),
 		handler: "conformance-handler",
@@ -170,6 +172,13 @@ func (f *fixture) watchDeadLetters() *deadLetters {
 	f.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	sub := f.adapter.Subscriber()
+	if r, ok := f.harness.(DeadLetterReader); ok {
+		var err error
+		if sub, err = r.DeadLetterSubscriber(ctx, f.t, f.adapter); err != nil {
+			cancel()
+			f.t.Fatalf("harness: DeadLetterSubscriber: %v", err)
+		}
+	}
 	ch, err := sub.Subscribe(ctx, f.adapter.DeadLetterTopic(f.topic))
 	if err != nil {
 		cancel()

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+
 	"github.com/millrace/millrace"
 )
 
@@ -22,6 +24,15 @@ type Harness interface {
 	NewAdapter(ctx context.Context, t testing.TB) (millrace.Adapter, error)
 	// Options returns the timing and payload rules the broker needs.
 	Options() Options
+}
+
+// DeadLetterReader is an optional Harness interface. By default the suite reads dead letters
+// through the test adapter's own Subscriber; where that would share state with the router's
+// subscription (a Kafka consumer group, whose rebalance would delay the handler), the harness
+// returns a separate subscriber for the dead-letter destination, as an operator's tool would use.
+type DeadLetterReader interface {
+	// DeadLetterSubscriber returns a subscriber that can read adapter.DeadLetterTopic(topic).
+	DeadLetterSubscriber(ctx context.Context, t testing.TB, adapter millrace.Adapter) (message.Subscriber, error)
 }
 
 // Options are the broker-specific knobs of the suite. Zero fields take the defaults shown.
