@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/internal/wmlog"
 )
 
 // HandlerFunc handles one message with its Attempt at hand. Its error carries the outcome:
@@ -32,7 +33,7 @@ func New(cfg Config) (*Router, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	wm, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, newGatedLogger(cfg.Logger))
+	wm, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, wmlog.New(cfg.Logger))
 	if err != nil {
 		return nil, fmt.Errorf("millrace router: %w", err)
 	}

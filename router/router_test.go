@@ -3,12 +3,10 @@ package router_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/millrace/millrace"
@@ -134,25 +132,6 @@ func TestStackOrder(t *testing.T) {
 	}
 	if _, err := router.Stack(router.Config{Adapter: a}); !errors.Is(err, millrace.ErrInvalidConfig) {
 		t.Fatalf("Stack accepted a zero policy: %v", err)
-	}
-}
-
-func TestGatedLoggerKeepsEnabledLevels(t *testing.T) {
-	var buf strings.Builder
-	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	g := router.NewGatedLoggerForTest(l)
-	g.Trace("trace line", nil)
-	g.Debug("debug line", watermill.LogFields{"k": "v"})
-	g.With(watermill.LogFields{"w": 1}).Debug("derived debug", nil)
-	g.With(nil).Trace("derived trace", nil)
-	out := buf.String()
-	if strings.Contains(out, "trace line") || strings.Contains(out, "derived trace") {
-		t.Fatalf("trace logged at Debug level:\n%s", out)
-	}
-	for _, want := range []string{"debug line", "k=v", "derived debug", "w=1"} {
-		if !strings.Contains(out, want) {
-			t.Fatalf("missing %q in:\n%s", want, out)
-		}
 	}
 }
 

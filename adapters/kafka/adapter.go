@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/internal/wmlog"
 )
 
 // BrokerName is the adapter's name in Attempts and dead-letter records.
@@ -58,7 +59,7 @@ func New(cfg Config) (*Adapter, error) {
 		Brokers:               cfg.Brokers,
 		Marshaler:             marshaler{partitionKey: cfg.PartitionKey},
 		OverwriteSaramaConfig: sc,
-	}, newGatedLogger(cfg.Logger))
+	}, wmlog.New(cfg.Logger))
 	if err != nil {
 		return nil, fmt.Errorf("kafka: connect producer to %v: %w", cfg.Brokers, err)
 	}
