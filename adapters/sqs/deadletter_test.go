@@ -82,7 +82,9 @@ func TestDeadLetterInvalidUTF8Error(t *testing.T) {
 // (256 KiB here) is dead-lettered byte-identical, with the original metadata dropped to make
 // room for the record, and KeyTrimmed naming what was dropped.
 func TestDeadLetterNearLimitBody(t *testing.T) {
-	a := newAdapter(t, testConfig(t))
+	cfg := testConfig(t)
+	cfg.WaitTime = time.Second // short polls: one stalled 256 KiB long poll must not eat the test's wait
+	a := newAdapter(t, cfg)
 	topic := uniqueTopic("big")
 	const limit = 256 * 1024
 	if _, err := a.Client().CreateQueue(context.Background(), &awssqs.CreateQueueInput{
@@ -106,10 +108,11 @@ func TestDeadLetterNearLimitBody(t *testing.T) {
 	}
 	if _, err := a.Client().ChangeMessageVisibility(context.Background(), &awssqs.ChangeMessageVisibilityInput{
 		QueueUrl: aws.String(queueURL(t, a, a.QueueName(a.DeadLetterTopic(topic)))), ReceiptHandle: raw.ReceiptHandle,
+		VisibilityTimeout: 0,
 	}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	sub := a.Subscriber()
 	defer sub.Close()
@@ -122,7 +125,7 @@ func TestDeadLetterNearLimitBody(t *testing.T) {
 	case m = <-ch:
 		m.Ack()
 	case <-ctx.Done():
-		t.Fatal("no dead letter within 30s")
+		t.Fatal("no dead letter within 60s")
 	}
 	r, err := deadletter.FromMessage(m)
 	if err != nil {

@@ -214,7 +214,7 @@ func queueURL(t *testing.T, a *sqs.Adapter, queue string) string {
 // readDeadLetter reads one dead letter of topic through the adapter's Subscriber and acks it.
 func readDeadLetter(t *testing.T, a *sqs.Adapter, dlqTopic string) deadletter.Record {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	sub := a.Subscriber()
 	defer sub.Close()
@@ -231,7 +231,7 @@ func readDeadLetter(t *testing.T, a *sqs.Adapter, dlqTopic string) deadletter.Re
 		}
 		return r
 	case <-ctx.Done():
-		t.Fatal("no dead letter within 30s")
+		t.Fatal("no dead letter within 60s")
 	}
 	return deadletter.Record{}
 }
