@@ -257,16 +257,8 @@ func (s *Store) publish(ctx context.Context, rec deadletter.Record) error {
 func (s *Store) Get(ctx context.Context, id string) (deadletter.Entry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, _, ok := s.log.Get(id); ok {
-		return e, nil
-	}
-	if _, err := s.refresh(ctx); err != nil {
-		return deadletter.Entry{}, err
-	}
-	if e, _, ok := s.log.Get(id); ok {
-		return e, nil
-	}
-	return deadletter.Entry{}, fmt.Errorf("%w: %s in %s", deadletter.ErrNotFound, id, s.queue)
+	e, _, err := s.log.Find(ctx, id, s.queue, s.read)
+	return e, err
 }
 
 // List returns up to page.Limit entries matching f after page.After, in queue order.
@@ -276,7 +268,7 @@ func (s *Store) List(ctx context.Context, f deadletter.Filter, page deadletter.P
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, err := s.refresh(ctx); err != nil {
+	if err := s.read(ctx); err != nil {
 		return nil, "", err
 	}
 	return s.log.List(f, page, nil)
@@ -289,7 +281,7 @@ func (s *Store) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, err := s.refresh(ctx); err != nil {
+	if err := s.read(ctx); err != nil {
 		return 0, err
 	}
 	return s.log.Count(f), nil
@@ -299,14 +291,9 @@ func (s *Store) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
 func (s *Store) Delete(ctx context.Context, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, tag, ok := s.log.Get(id)
-	if !ok {
-		if _, err := s.refresh(ctx); err != nil {
-			return err
-		}
-		if _, tag, ok = s.log.Get(id); !ok {
-			return fmt.Errorf("%w: %s in %s", deadletter.ErrNotFound, id, s.queue)
-		}
+	_, tag, err := s.log.Find(ctx, id, s.queue, s.read)
+	if err != nil {
+		return err
 	}
 	if err := s.ch.Ack(tag, false); err != nil {
 		return fmt.Errorf("amqpstore: delete %s from %s: %w", id, s.queue, err)
@@ -314,6 +301,12 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	s.log.Remove(id)
 	s.live--
 	return nil
+}
+
+// read is refresh without the list of added entries.
+func (s *Store) read(ctx context.Context) error {
+	_, err := s.refresh(ctx)
+	return err
 }
 
 // refresh takes every ready message of the queue into the log, unacknowledged, and returns

@@ -241,16 +241,8 @@ func (s *Store) Get(ctx context.Context, id string) (deadletter.Entry, error) {
 	if err := s.keepHidden(ctx); err != nil {
 		return deadletter.Entry{}, err
 	}
-	if e, _, ok := s.log.Get(id); ok {
-		return e, nil
-	}
-	if _, err := s.refresh(ctx); err != nil {
-		return deadletter.Entry{}, err
-	}
-	if e, _, ok := s.log.Get(id); ok {
-		return e, nil
-	}
-	return deadletter.Entry{}, fmt.Errorf("%w: %s in %s", deadletter.ErrNotFound, id, s.queue)
+	e, _, err := s.log.Find(ctx, id, s.queue, s.read)
+	return e, err
 }
 
 // List returns up to page.Limit entries matching f after page.After, by send time.
@@ -263,7 +255,7 @@ func (s *Store) List(ctx context.Context, f deadletter.Filter, page deadletter.P
 	if err := s.keepHidden(ctx); err != nil {
 		return nil, "", err
 	}
-	if _, err := s.refresh(ctx); err != nil {
+	if err := s.read(ctx); err != nil {
 		return nil, "", err
 	}
 	return s.log.List(f, page, nil)
@@ -279,7 +271,7 @@ func (s *Store) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
 	if err := s.keepHidden(ctx); err != nil {
 		return 0, err
 	}
-	if _, err := s.refresh(ctx); err != nil {
+	if err := s.read(ctx); err != nil {
 		return 0, err
 	}
 	return s.log.Count(f), nil
@@ -292,22 +284,23 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	if err := s.keepHidden(ctx); err != nil {
 		return err
 	}
-	_, h, ok := s.log.Get(id)
-	if !ok {
-		if _, err := s.refresh(ctx); err != nil {
-			return err
-		}
-		if _, h, ok = s.log.Get(id); !ok {
-			return fmt.Errorf("%w: %s in %s", deadletter.ErrNotFound, id, s.queue)
-		}
+	_, h, err := s.log.Find(ctx, id, s.queue, s.read)
+	if err != nil {
+		return err
 	}
-	_, err := s.client.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(s.url), ReceiptHandle: aws.String(h.receipt)})
+	_, err = s.client.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(s.url), ReceiptHandle: aws.String(h.receipt)})
 	if err != nil {
 		return fmt.Errorf("sqsstore: delete %s from %s: %w", id, s.queue, err)
 	}
 	s.log.Remove(id)
 	s.live--
 	return nil
+}
+
+// read is refresh without the list of added entries.
+func (s *Store) read(ctx context.Context) error {
+	_, err := s.refresh(ctx)
+	return err
 }
 
 // refresh receives every visible message of the queue into the log and returns the entries it

@@ -8,6 +8,7 @@
 package snapshot
 
 import (
+	"context"
 	"fmt"
 	"sort"
 
@@ -84,6 +85,23 @@ func (l *Log[H]) Get(id string) (deadletter.Entry, H, bool) {
 		return deadletter.Entry{}, zero, false
 	}
 	return it.entry, it.handle, true
+}
+
+// Find returns the live entry with id and its handle. When the log does not hold it yet (it may
+// have arrived since the last read) it calls refresh once and looks again; still missing is
+// deadletter.ErrNotFound, naming id and where (the destination).
+func (l *Log[H]) Find(ctx context.Context, id, where string, refresh func(context.Context) error) (deadletter.Entry, H, error) {
+	if e, h, ok := l.Get(id); ok {
+		return e, h, nil
+	}
+	var zero H
+	if err := refresh(ctx); err != nil {
+		return deadletter.Entry{}, zero, err
+	}
+	if e, h, ok := l.Get(id); ok {
+		return e, h, nil
+	}
+	return deadletter.Entry{}, zero, fmt.Errorf("%w: %s in %s", deadletter.ErrNotFound, id, where)
 }
 
 // Remove marks the entry with id removed; it reports false when there is no live entry with id.

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strconv"
@@ -57,5 +58,32 @@ func TestOrderCursorsAndRemoval(t *testing.T) {
 	}
 	if _, _, ok := l.Get("e2"); ok {
 		t.Fatal("Get returned a removed entry")
+	}
+}
+
+// TestFindRefreshesOnceThenReportsNotFound: a missing ID triggers one refresh; what the refresh
+// added is found, what it did not is ErrNotFound, and a refresh error is returned as is.
+func TestFindRefreshesOnceThenReportsNotFound(t *testing.T) {
+	var l Log[int]
+	refreshes := 0
+	refresh := func(context.Context) error {
+		refreshes++
+		if !l.Has("late") {
+			return l.Add(entry("late", "t"), Key{A: 1}, 7)
+		}
+		return nil
+	}
+	if _, h, err := l.Find(context.Background(), "late", "q", refresh); err != nil || h != 7 || refreshes != 1 {
+		t.Fatalf("late arrival: handle %d err %v refreshes %d", h, err, refreshes)
+	}
+	if _, _, err := l.Find(context.Background(), "late", "q", refresh); err != nil || refreshes != 1 {
+		t.Fatalf("held entry refreshed again: err %v refreshes %d", err, refreshes)
+	}
+	if _, _, err := l.Find(context.Background(), "gone", "q", refresh); !errors.Is(err, deadletter.ErrNotFound) || refreshes != 2 {
+		t.Fatalf("missing entry: err %v refreshes %d", err, refreshes)
+	}
+	boom := errors.New("broker down")
+	if _, _, err := l.Find(context.Background(), "gone", "q", func(context.Context) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("refresh error: %v", err)
 	}
 }
