@@ -5,8 +5,6 @@ import (
 	"strconv"
 )
 
-var itoa = strconv.Itoa
-
 var (
 	// ErrInvalidConfig is wrapped by every configuration error refused at start-up.
 	ErrInvalidConfig = errors.New("millrace: invalid configuration")
@@ -59,7 +57,7 @@ type ExhaustedError struct {
 
 // Error says how many attempts were made and why the last one failed.
 func (e *ExhaustedError) Error() string {
-	s := "millrace: retry attempts exhausted after " + itoa(e.Attempts) + " attempts"
+	s := "millrace: retry attempts exhausted after " + strconv.Itoa(e.Attempts) + " attempts"
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
 	}
