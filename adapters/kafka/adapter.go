@@ -8,11 +8,9 @@ import (
 	"sync/atomic"
 
 	"github.com/IBM/sarama"
-	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/millrace/millrace"
-	"github.com/millrace/millrace/internal/wmlog"
 )
 
 // BrokerName is the adapter's name in Attempts and dead-letter records.
@@ -26,10 +24,14 @@ type Adapter struct {
 	cfg    Config
 	sc     *sarama.Config
 	logger *slog.Logger
-	pub    *wmkafka.Publisher
+	// pub sends what Publisher publishes, at once; retries sends retries and dead letters,
+	// lingering up to Config.RetryLinger so that those of many failing records share produce
+	// requests (one request per record costs the client and the brokers far more than the
+	// record itself).
+	pub, retries *producer
 
-	// pubMu is read-held across every a.pub.Publish and write-held by Close before it closes
-	// the producer: publishing to a closed sarama producer panics (send on closed channel).
+	// pubMu is read-held across every send and write-held by Close before it closes the
+	// producers: publishing to a closed sarama producer panics (send on closed channel).
 	// It is apart from mu so a slow publish never holds up tierFor and Provision.
 	pubMu     sync.RWMutex
 	pubClosed bool
@@ -53,21 +55,28 @@ func New(cfg Config) (*Adapter, error) {
 	}
 	cfg = cfg.withDefaults()
 	sc := cfg.saramaConfig()
-	// Publish goes through watermill-kafka's synchronous publisher: each Publish returns after
-	// the brokers acknowledged the record (acks=all), which is what "retry safely written" means.
-	pub, err := wmkafka.NewPublisher(wmkafka.PublisherConfig{
-		Brokers:               cfg.Brokers,
-		Marshaler:             marshaler{partitionKey: cfg.PartitionKey},
-		OverwriteSaramaConfig: sc,
-	}, wmlog.New(cfg.Logger))
+	// Every send returns after the brokers acknowledged its records (acks=all), which is what
+	// "retry safely written" means.
+	m := marshaler{partitionKey: cfg.PartitionKey}
+	pub, err := newProducer(cfg.Brokers, sc, m)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: connect producer to %v: %w", cfg.Brokers, err)
+	}
+	rc := *sc
+	if cfg.RetryLinger > 0 {
+		rc.Producer.Flush.Frequency = cfg.RetryLinger
+	}
+	retries, err := newProducer(cfg.Brokers, &rc, m)
+	if err != nil {
+		pub.close()
+		return nil, fmt.Errorf("kafka: connect retry producer to %v: %w", cfg.Brokers, err)
 	}
 	return &Adapter{
 		cfg:     cfg,
 		sc:      sc,
 		logger:  cfg.Logger,
 		pub:     pub,
+		retries: retries,
 		tiers:   map[string][]tier{},
 		closing: make(chan struct{}),
 	}, nil
@@ -98,13 +107,23 @@ func (p publisher) Publish(topic string, msgs ...*message.Message) error {
 }
 func (p publisher) Close() error { return nil }
 
+// publish writes msgs to topic at once; publishRetry writes a retry or dead letter through
+// the lingering producer.
 func (a *Adapter) publish(topic string, msgs ...*message.Message) error {
+	return a.send(a.pub, topic, msgs)
+}
+
+func (a *Adapter) publishRetry(topic string, msg *message.Message) error {
+	return a.send(a.retries, topic, []*message.Message{msg})
+}
+
+func (a *Adapter) send(p *producer, topic string, msgs []*message.Message) error {
 	a.pubMu.RLock()
 	defer a.pubMu.RUnlock()
 	if a.pubClosed {
 		return millrace.ErrClosed
 	}
-	return a.pub.Publish(topic, msgs...)
+	return p.send(topic, msgs)
 }
 
 // Subscriber returns a new subscriber. Closing it (the Watermill router does on shutdown) ends
@@ -168,7 +187,8 @@ func (a *Adapter) Close() error {
 	if admin != nil {
 		errs = append(errs, admin.Close())
 	}
-	errs = append(errs, a.pub.Close())
+	a.pub.close()
+	a.retries.close()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("kafka: close: %w", err)
 	}

@@ -124,13 +124,15 @@ func (h *groupHandler) decode(rec *sarama.ConsumerMessage, fromRetryTopic bool) 
 	return f
 }
 
-// deliver hands a record to the subscriber until it is acknowledged, and reports whether it
-// was. It reports false when the session or subscription ended first; the record is then left
-// unmarked for the partition's next owner.
-func (h *groupHandler) deliver(sess sarama.ConsumerGroupSession, f *flight) bool {
+// deliver hands a record of p to the subscriber until it is acknowledged, and reports whether
+// it was. It reports false when the session or subscription ended first; the record is then
+// left unmarked for the partition's next owner.
+func (h *groupHandler) deliver(p *pipeline, f *flight) bool {
 	s := h.sub
+	sess := p.sess
 	d := f.d
 	d.firstAt = time.Now()
+	d.pipe, d.flight = p, f
 	for d.count = 1; ; d.count++ {
 		// The first delivery takes the message decoded for admission; a redelivery decodes the
 		// record again, since the handler may have changed the first one's metadata.
@@ -169,6 +171,9 @@ func (h *groupHandler) deliver(sess sarama.ConsumerGroupSession, f *flight) bool
 		case <-sess.Context().Done():
 			return false
 		case <-s.ctx.Done():
+			return false
+		}
+		if !p.retakeSlot(f) {
 			return false
 		}
 	}

@@ -67,12 +67,20 @@ type Config struct {
 	// MaxInFlight is how many records of one partition may be handled at once. Records with
 	// the same key (and records without a key, among themselves) are never in flight together,
 	// so per-key order holds; offsets are committed strictly in order, only up to the first
-	// record not yet acknowledged. 1 gives strict partition order. Default 16: with one record
-	// at a time, each retry publish (a broker round trip) stalls its whole partition. At most
-	// 4*MaxInFlight records of a partition wait unmarked at once: a record that is never
-	// acknowledged (its retry or dead letter cannot be written) stalls its partition after that
-	// many, with a warning logged every 30 s, instead of letting memory grow.
+	// record not yet acknowledged. 1 gives strict partition order for records that succeed; a
+	// record whose retry or dead letter is being written no longer counts (its handler is done),
+	// so records behind it go on meanwhile. Default 16: with one record at a time, each retry
+	// publish (a broker round trip) stalls its whole partition. At most 16*MaxInFlight records
+	// of a partition wait unmarked at once: a record that is never acknowledged (its retry or
+	// dead letter cannot be written) stalls its partition after that many, with a warning
+	// logged every 30 s, instead of letting memory grow.
 	MaxInFlight int
+	// RetryLinger is how long the producer of retries and dead letters holds a record for
+	// others to share its produce request (Kafka's linger.ms; sarama's Producer.Flush.Frequency).
+	// Records published through Publisher never wait. One request per failing record costs
+	// the client and the brokers several times the record itself when many records fail at
+	// once. Default 1 ms; negative keeps the flush settings of Config.Sarama.
+	RetryLinger time.Duration
 	// NackDelay is how long a nacked record (its retry or dead letter could not be written)
 	// waits before the subscription delivers it again. Default 500 ms.
 	NackDelay time.Duration
@@ -171,6 +179,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CommitInterval == 0 {
 		c.CommitInterval = 10 * time.Millisecond
+	}
+	if c.RetryLinger == 0 {
+		c.RetryLinger = time.Millisecond
 	}
 	if c.NackDelay == 0 {
 		c.NackDelay = 500 * time.Millisecond

@@ -39,7 +39,10 @@
 // Config.MaxInFlight records in the handler at once but
 // never two of the same key (keyless records count as one key), so per-key order holds. A
 // failing record never delays the records behind it: it leaves its partition for a retry topic,
-// and while its retry is being published records of other keys go on. A record read from a retry topic
+// and while its retry is being published it gives up its place among the MaxInFlight to the
+// records behind it. Retries and dead letters go through a second producer that lingers up to
+// Config.RetryLinger (1 ms) so that those of many failing records share produce requests.
+// A record read from a retry topic
 // is delivered no earlier than its not-before header: its goroutine waits on a timer with that
 // partition paused (no fetches), while heartbeats go on in the background and other partitions
 // keep flowing; the wait ends at once when the group rebalances, leaving the record uncommitted
@@ -64,7 +67,7 @@
 //
 // A record whose retry or dead letter can never be written (topic deleted, ACL, record near
 // max.message.bytes) is redelivered every Config.NackDelay and holds its partition's committed
-// offset back. Records of other keys go on only until 4*Config.MaxInFlight records wait
+// offset back. Records of other keys go on only until 16*Config.MaxInFlight records wait
 // unmarked; then the partition stops taking records and logs a warning naming the stuck record
 // every 30 s, until it is acknowledged.
 //

@@ -8,3 +8,6 @@ func (a *Adapter) Sessions() int64 { return a.sessions.Load() }
 
 // SaramaConfig returns the client configuration the adapter derives from cfg.
 func SaramaConfig(cfg Config) *sarama.Config { return cfg.withDefaults().saramaConfig() }
+
+// PendingFactor times MaxInFlight is how many records of a partition may wait unmarked.
+const PendingFactor = pendingFactor

@@ -17,9 +17,10 @@ import (
 // could not be written holds the partition's committed offset back, whatever follows it.
 //
 // Why concurrency at all: a Retry outcome publishes synchronously to the retry topic, a broker
-// round trip far longer than handling a healthy record. One record at a time, every failing
-// record would stall its partition for that round trip; in flight together, records of other
-// keys go on meanwhile.
+// round trip (plus the retry producer's linger) far longer than handling a healthy record. One
+// record at a time, every failing record would stall its partition for that round trip; in
+// flight together, records of other keys go on meanwhile. A record waiting for that publish
+// gives its slot back (releaseSlot), so a run of failing records cannot fill the slots either.
 //
 // pending is bounded too, at pendingFactor*MaxInFlight records: a record that can never be
 // acknowledged (its retry or dead letter cannot be written: topic deleted, ACL, record too
@@ -50,8 +51,10 @@ type pipeline struct {
 	warned  time.Time            // when the last stuck-head warning was logged
 }
 
-// pendingFactor times MaxInFlight is how many admitted records may wait unmarked at once.
-const pendingFactor = 4
+// pendingFactor times MaxInFlight is how many admitted records may wait unmarked at once. It
+// must cover the records admitted while a failing record's retry is written (a produce round
+// trip plus Config.RetryLinger): at 4 the partition stalled on that wait under load.
+const pendingFactor = 16
 
 // stuckWarnEvery is how often a partition whose admission waits on a stuck record logs it.
 const stuckWarnEvery = 30 * time.Second
@@ -64,6 +67,7 @@ type flight struct {
 	decodeErr error
 	key       string
 	acked     bool // acknowledged, waiting for an earlier offset to be acknowledged first
+	slotFree  bool // gave its slot back while its retry or dead letter is written
 }
 
 func newPipeline(h *groupHandler, sess sarama.ConsumerGroupSession, topic string, partition int32) *pipeline {
@@ -178,7 +182,7 @@ func (p *pipeline) run(f *flight) {
 	for f != nil {
 		acked := false
 		if p.sess.Context().Err() == nil && p.h.sub.ctx.Err() == nil {
-			acked = p.h.deliver(p.sess, f)
+			acked = p.h.deliver(p, f)
 		}
 		f = p.finish(f, acked)
 	}
@@ -219,10 +223,50 @@ func (p *pipeline) finish(f *flight, acked bool) (next *flight) {
 		// Marking under the lock keeps marks in offset order.
 		p.sess.MarkOffset(p.topic, p.partition, mark+1, "")
 	}
+	freed := f.slotFree
 	p.mu.Unlock()
-	<-p.slots
+	if !freed {
+		<-p.slots
+	}
 	if mark >= 0 {
 		p.h.commit(p.sess)
 	}
 	return next
+}
+
+// releaseSlot gives f's slot to the next record while f waits for its retry or dead letter to
+// be written. Slots bound the records being handled; a record whose write is awaited is not,
+// and holding its slot through a produce round trip (and the retry producer's linger) would
+// let a run of failing records stall the partition's healthy ones. f stays pending, so no
+// offset past it is marked before its write is acknowledged.
+func (p *pipeline) releaseSlot(f *flight) {
+	p.mu.Lock()
+	freed := f.slotFree
+	f.slotFree = true
+	p.mu.Unlock()
+	if !freed {
+		<-p.slots
+	}
+}
+
+// retakeSlot takes a slot again for f's next delivery, after its write failed. It reports
+// false when the session or subscription ended first.
+func (p *pipeline) retakeSlot(f *flight) bool {
+	p.mu.Lock()
+	freed := f.slotFree
+	p.mu.Unlock()
+	if !freed {
+		return true
+	}
+	select {
+	case p.slots <- struct{}{}:
+	case <-p.sess.Context().Done():
+		return false
+	case <-p.h.sub.ctx.Done():
+		return false
+	}
+	p.mu.Lock()
+	f.slotFree = false
+	p.mu.Unlock()
+	return true
 }

@@ -82,7 +82,7 @@ func (s *syncBuffer) String() string {
 }
 
 // A record that cannot be acknowledged (its dead letter cannot be written: the dead-letter
-// topic is gone) stops its partition from admitting more than 4*MaxInFlight records, instead of
+// topic is gone) stops its partition from admitting more than PendingFactor*MaxInFlight records, instead of
 // piling up every later record in memory, and the adapter warns about it. Once the dead-letter
 // topic is back, the stuck record is dead-lettered and everything behind it is handled and
 // committed.
@@ -135,12 +135,12 @@ func TestStuckRecordBoundsPending(t *testing.T) {
 		}
 		return k
 	}
-	// The poison record and the records admitted after it fill pending: 4*MaxInFlight.
-	const bound = 4*inFlight - 1
+	// The poison record and the records admitted after it fill pending: PendingFactor*MaxInFlight.
+	const bound = kafka.PendingFactor*inFlight - 1
 	rec.wait(t, "the records admitted behind the stuck one", func(c []call) bool { return others(c) >= bound })
 	time.Sleep(time.Second) // room for more to be (wrongly) admitted
 	if got := others(rec.snapshot()); got != bound {
-		t.Fatalf("%d records handled behind the stuck one, want exactly %d (4*MaxInFlight pending)", got, bound)
+		t.Fatalf("%d records handled behind the stuck one, want exactly %d (PendingFactor*MaxInFlight pending)", got, bound)
 	}
 	if committed, _ := lag(t, group, topic); committed[0] > 0 {
 		t.Fatalf("committed offset %d passed the stuck record", committed[0])
@@ -153,5 +153,57 @@ func TestStuckRecordBoundsPending(t *testing.T) {
 		t.Fatalf("recreate the dead-letter topic: %v", err)
 	}
 	rec.wait(t, "every record handled once the dead letter is written", func(c []call) bool { return others(c) >= n })
+	waitNoLag(t, group, topic)
+}
+
+// A failing record gives its in-flight slot to the records behind it while its retry is being
+// written: with MaxInFlight 1 and a retry producer that lingers 3 s, every record behind it is
+// handled before its retry reaches the retry topic, and no offset is committed past it until
+// the retry is written.
+func TestFailingRecordGivesUpItsSlot(t *testing.T) {
+	t.Parallel()
+	topic, group := uniqueName("slot"), uniqueName("slot-group")
+	a := newAdapter(t, group, func(c *kafka.Config) {
+		c.MaxInFlight = 1
+		c.RetryLinger = 3 * time.Second
+		c.PartitionKey = func(_ string, msg *message.Message) (string, error) { return msg.Metadata.Get("key"), nil }
+	})
+	rec := newRecorder()
+	failing := newMessage("failing")
+	failing.Metadata.Set("key", "failing")
+	policy := millrace.RetryPolicy{MaxAttempts: 2, Backoff: millrace.Fixed(10 * time.Millisecond)}
+	startRouter(t, a, topic, policy, rec, func(_ context.Context, msg *message.Message, at millrace.Attempt) error {
+		if msg.UUID == failing.UUID && at.Number == 1 {
+			return errors.New("transient")
+		}
+		return nil
+	})
+	const n = 5
+	msgs := []*message.Message{failing}
+	for i := range n {
+		m := newMessage(strconv.Itoa(i))
+		m.Metadata.Set("key", "k"+strconv.Itoa(i))
+		msgs = append(msgs, m)
+	}
+	if err := a.Publisher().Publish(topic, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	count := func(c []call, failed bool) int {
+		k := 0
+		for _, x := range c {
+			if (x.uuid == failing.UUID) == failed {
+				k++
+			}
+		}
+		return k
+	}
+	rec.wait(t, "the records behind the failing one", func(c []call) bool { return count(c, false) >= n })
+	if _, end := lag(t, group, topic+kafka.RetrySuffix); end[0] != 0 {
+		t.Fatalf("the retry was written (%d records) before the records behind it were handled: they waited for it", end[0])
+	}
+	if committed, _ := lag(t, group, topic); committed[0] > 0 {
+		t.Fatalf("committed offset %d passed the failing record before its retry was written", committed[0])
+	}
+	rec.wait(t, "the failing record's retry", func(c []call) bool { return count(c, true) >= 2 })
 	waitNoLag(t, group, topic)
 }

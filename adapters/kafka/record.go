@@ -40,6 +40,18 @@ type delivery struct {
 	firstAt time.Time
 	// attempt is the attempt history decoded from the headers (count not yet applied).
 	attempt millrace.Attempt
+	// pipe and flight are the pipeline and admission the record is delivered from.
+	pipe   *pipeline
+	flight *flight
+}
+
+// handled tells the record's pipeline that its handler is done and only the write of its retry
+// or dead letter is awaited: the record leaves its in-flight slot to another while it stays
+// unacknowledged (its offset is marked only once that write is acknowledged).
+func (d *delivery) handled() {
+	if d.pipe != nil {
+		d.pipe.releaseSlot(d.flight)
+	}
 }
 
 type deliveryKey struct{}

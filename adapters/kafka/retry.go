@@ -62,7 +62,10 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 		}
 	}
 	cp.SetContext(context.WithValue(ctx, recordKey{}, key))
-	if err := a.publish(t.topic, cp); err != nil {
+	if fromSub {
+		d.handled()
+	}
+	if err := a.publishRetry(t.topic, cp); err != nil {
 		return 0, fmt.Errorf("kafka: publish retry to %q: %w", t.topic, err)
 	}
 	return millrace.AckOriginal, nil
@@ -76,11 +79,12 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 	var key []byte
 	if d, ok := deliveryFrom(msg.Context()); ok {
 		source, key = d.source, d.Key
+		d.handled()
 	}
 	topic := a.DeadLetterTopic(source)
 	dl := rec.Message()
 	dl.SetContext(context.WithValue(ctx, recordKey{}, key))
-	if err := a.publish(topic, dl); err != nil {
+	if err := a.publishRetry(topic, dl); err != nil {
 		return fmt.Errorf("kafka: publish dead letter to %q: %w", topic, err)
 	}
 	return nil
