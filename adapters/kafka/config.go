@@ -77,9 +77,10 @@ type Config struct {
 	MaxInFlight int
 	// RetryLinger is how long the producer of retries and dead letters holds a record for
 	// others to share its produce request (Kafka's linger.ms; sarama's Producer.Flush.Frequency).
-	// Records published through Publisher never wait. One request per failing record costs
-	// the client and the brokers several times the record itself when many records fail at
-	// once. Default 1 ms; negative keeps the flush settings of Config.Sarama.
+	// Records published through Publisher never wait. Default 1 ms (Kafka's own producer
+	// defaults to 5 ms since 4.0): when many records fail at once, the brokers get fewer,
+	// larger requests, for at most a millisecond more before a failing record is acknowledged.
+	// Negative keeps the flush settings of Config.Sarama.
 	RetryLinger time.Duration
 	// NackDelay is how long a nacked record (its retry or dead letter could not be written)
 	// waits before the subscription delivers it again. Default 500 ms.
