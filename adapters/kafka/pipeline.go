@@ -85,14 +85,7 @@ func newPipeline(h *groupHandler, sess sarama.ConsumerGroupSession, topic string
 // admit takes f into the pipeline once a slot is free, and starts it unless a record of its key
 // is in flight. It reports false when the session or subscription ended first.
 func (p *pipeline) admit(f *flight) bool {
-	if !p.awaitRoom() {
-		return false
-	}
-	select {
-	case p.slots <- struct{}{}:
-	case <-p.sess.Context().Done():
-		return false
-	case <-p.h.sub.ctx.Done():
+	if !p.awaitRoom() || !p.takeSlot() {
 		return false
 	}
 	f.key = string(f.d.Key)
@@ -258,15 +251,24 @@ func (p *pipeline) retakeSlot(f *flight) bool {
 	if !freed {
 		return true
 	}
-	select {
-	case p.slots <- struct{}{}:
-	case <-p.sess.Context().Done():
-		return false
-	case <-p.h.sub.ctx.Done():
+	if !p.takeSlot() {
 		return false
 	}
 	p.mu.Lock()
 	f.slotFree = false
 	p.mu.Unlock()
 	return true
+}
+
+// takeSlot waits for a free slot and takes it. It reports false when the session or
+// subscription ended first.
+func (p *pipeline) takeSlot() bool {
+	select {
+	case p.slots <- struct{}{}:
+		return true
+	case <-p.sess.Context().Done():
+		return false
+	case <-p.h.sub.ctx.Done():
+		return false
+	}
 }

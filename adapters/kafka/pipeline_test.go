@@ -117,15 +117,7 @@ func TestStuckRecordBoundsPending(t *testing.T) {
 		t.Fatalf("delete the dead-letter topic: %v", err)
 	}
 	const n = 500
-	msgs := []*message.Message{poison}
-	for i := range n {
-		m := newMessage(strconv.Itoa(i))
-		m.Metadata.Set("key", "k"+strconv.Itoa(i))
-		msgs = append(msgs, m)
-	}
-	if err := a.Publisher().Publish(topic, msgs...); err != nil {
-		t.Fatal(err)
-	}
+	publishBehind(t, a, topic, poison, n)
 	others := func(c []call) int {
 		k := 0
 		for _, x := range c {
@@ -179,15 +171,7 @@ func TestFailingRecordGivesUpItsSlot(t *testing.T) {
 		return nil
 	})
 	const n = 5
-	msgs := []*message.Message{failing}
-	for i := range n {
-		m := newMessage(strconv.Itoa(i))
-		m.Metadata.Set("key", "k"+strconv.Itoa(i))
-		msgs = append(msgs, m)
-	}
-	if err := a.Publisher().Publish(topic, msgs...); err != nil {
-		t.Fatal(err)
-	}
+	publishBehind(t, a, topic, failing, n)
 	count := func(c []call, failed bool) int {
 		k := 0
 		for _, x := range c {
@@ -206,4 +190,19 @@ func TestFailingRecordGivesUpItsSlot(t *testing.T) {
 	}
 	rec.wait(t, "the failing record's retry", func(c []call) bool { return count(c, true) >= 2 })
 	waitNoLag(t, group, topic)
+}
+
+// publishBehind publishes first, then n records with payloads "0".."n-1", each with its own
+// key ("k0".."k<n-1>" in the "key" metadata).
+func publishBehind(t *testing.T, a *kafka.Adapter, topic string, first *message.Message, n int) {
+	t.Helper()
+	msgs := []*message.Message{first}
+	for i := range n {
+		m := newMessage(strconv.Itoa(i))
+		m.Metadata.Set("key", "k"+strconv.Itoa(i))
+		msgs = append(msgs, m)
+	}
+	if err := a.Publisher().Publish(topic, msgs...); err != nil {
+		t.Fatal(err)
+	}
 }
