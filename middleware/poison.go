@@ -43,25 +43,34 @@ func Poison(dl DeadLetterer, cfg PoisonConfig) message.HandlerMiddleware {
 			if err == nil {
 				return out, nil
 			}
-			reason, cause, attempts := poisonReason(err)
-			switch {
-			case reason == "":
-				return out, err
-			case reason == deadletter.Discarded && !cfg.DeadLetterDiscards:
-				logger.InfoContext(msg.Context(), "millrace: message discarded",
-					slog.String("message_uuid", msg.UUID), slog.String("error", cause.Error()))
-				return nil, nil
-			}
-			rec := record(msg, reason, cause, attempts, cfg.Broker, now())
-			if dlErr := dl.DeadLetter(msg.Context(), msg, rec); dlErr != nil {
-				return nil, fmt.Errorf("%w: %w (message was %s: %w)", millrace.ErrDeadLetterFailed, dlErr, reason, cause)
-			}
-			logger.WarnContext(msg.Context(), "millrace: message dead-lettered",
-				slog.String("message_uuid", msg.UUID), slog.String("reason", string(reason)),
-				slog.Int("attempts", rec.Attempts), slog.String("error", rec.LastError))
-			return nil, nil
+			return poisonFailed(dl, &cfg, logger, now, msg, out, err)
 		}
 	}
+}
+
+// poisonFailed is Poison's handling of a failed message. It is a function of its own so that
+// its large frame (the dead-letter record, the log attributes) is not part of every message's
+// stack: Watermill runs each message on a fresh goroutine, whose stack would otherwise grow,
+// copying itself, on every message that succeeds.
+func poisonFailed(dl DeadLetterer, cfg *PoisonConfig, logger *slog.Logger, now func() time.Time,
+	msg *message.Message, out []*message.Message, err error) ([]*message.Message, error) {
+	reason, cause, attempts := poisonReason(err)
+	switch {
+	case reason == "":
+		return out, err
+	case reason == deadletter.Discarded && !cfg.DeadLetterDiscards:
+		logger.InfoContext(msg.Context(), "millrace: message discarded",
+			slog.String("message_uuid", msg.UUID), slog.String("error", cause.Error()))
+		return nil, nil
+	}
+	rec := record(msg, reason, cause, attempts, cfg.Broker, now())
+	if dlErr := dl.DeadLetter(msg.Context(), msg, rec); dlErr != nil {
+		return nil, fmt.Errorf("%w: %w (message was %s: %w)", millrace.ErrDeadLetterFailed, dlErr, reason, cause)
+	}
+	logger.WarnContext(msg.Context(), "millrace: message dead-lettered",
+		slog.String("message_uuid", msg.UUID), slog.String("reason", string(reason)),
+		slog.Int("attempts", rec.Attempts), slog.String("error", rec.LastError))
+	return nil, nil
 }
 
 // poisonReason returns why err makes its message poison, the handler's own error and, for an

@@ -46,42 +46,49 @@ func Retry(s RetryScheduler, cfg RetryConfig) message.HandlerMiddleware {
 			if err == nil {
 				return out, nil
 			}
-			oe := millrace.Classify(err, nil)
-			if oe.Outcome != millrace.OutcomeRetry || errors.Is(err, millrace.ErrExhausted) {
-				return out, err
-			}
-			ctx := msg.Context()
-			if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-				// The subscription is shutting down: this is no failure of the message.
-				return nil, err
-			}
-			a := millrace.AttemptFrom(msg)
-			a.Number = max(a.Number, 1)
-			if a.Number >= cfg.Policy.MaxAttempts {
-				return nil, &millrace.ExhaustedError{Attempts: a.Number, Err: oe.Err}
-			}
-			delay := cfg.Policy.Delay(a.Number)
-			if oe.Delay > 0 {
-				delay = oe.Delay
-				if cfg.MaxDelay > 0 {
-					delay = min(delay, cfg.MaxDelay)
-				}
-			}
-			disp, serr := s.ScheduleRetry(ctx, msg, millrace.RetryRequest{Attempt: a, Delay: delay, Err: oe.Err, FailedAt: now()})
-			if serr != nil {
-				return nil, fmt.Errorf("%w: %w (attempt %d failed with: %w)", millrace.ErrRetryPublishFailed, serr, a.Number, oe.Err)
-			}
-			logger.InfoContext(ctx, "millrace: attempt failed, retry scheduled",
-				slog.String("message_uuid", msg.UUID), slog.Int("attempt", a.Number),
-				slog.Int("max_attempts", cfg.Policy.MaxAttempts),
-				slog.Duration("delay", delay), slog.String("error", oe.Err.Error()))
-			if disp == millrace.NackOriginal {
-				// The broker redelivers the original itself; nack it here and report no error,
-				// so a planned retry is not logged by the router as a handler failure. The
-				// router's own Ack after a nil return is then a no-op.
-				msg.Nack()
-			}
-			return nil, nil
+			return retryFailed(s, &cfg, logger, now, msg, out, err)
 		}
 	}
+}
+
+// retryFailed is Retry's handling of a failed message, apart from the closure for the same
+// reason as poisonFailed: its frame stays off the stack of every message that succeeds.
+func retryFailed(s RetryScheduler, cfg *RetryConfig, logger *slog.Logger, now func() time.Time,
+	msg *message.Message, out []*message.Message, err error) ([]*message.Message, error) {
+	oe := millrace.Classify(err, nil)
+	if oe.Outcome != millrace.OutcomeRetry || errors.Is(err, millrace.ErrExhausted) {
+		return out, err
+	}
+	ctx := msg.Context()
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// The subscription is shutting down: this is no failure of the message.
+		return nil, err
+	}
+	a := millrace.AttemptFrom(msg)
+	a.Number = max(a.Number, 1)
+	if a.Number >= cfg.Policy.MaxAttempts {
+		return nil, &millrace.ExhaustedError{Attempts: a.Number, Err: oe.Err}
+	}
+	delay := cfg.Policy.Delay(a.Number)
+	if oe.Delay > 0 {
+		delay = oe.Delay
+		if cfg.MaxDelay > 0 {
+			delay = min(delay, cfg.MaxDelay)
+		}
+	}
+	disp, serr := s.ScheduleRetry(ctx, msg, millrace.RetryRequest{Attempt: a, Delay: delay, Err: oe.Err, FailedAt: now()})
+	if serr != nil {
+		return nil, fmt.Errorf("%w: %w (attempt %d failed with: %w)", millrace.ErrRetryPublishFailed, serr, a.Number, oe.Err)
+	}
+	logger.InfoContext(ctx, "millrace: attempt failed, retry scheduled",
+		slog.String("message_uuid", msg.UUID), slog.Int("attempt", a.Number),
+		slog.Int("max_attempts", cfg.Policy.MaxAttempts),
+		slog.Duration("delay", delay), slog.String("error", oe.Err.Error()))
+	if disp == millrace.NackOriginal {
+		// The broker redelivers the original itself; nack it here and report no error,
+		// so a planned retry is not logged by the router as a handler failure. The
+		// router's own Ack after a nil return is then a no-op.
+		msg.Nack()
+	}
+	return nil, nil
 }
