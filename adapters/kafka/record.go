@@ -104,7 +104,7 @@ type marshaler struct {
 
 // Marshal implements watermill-kafka's Marshaler.
 func (m marshaler) Marshal(topic string, msg *message.Message) (*sarama.ProducerMessage, error) {
-	pm, err := wmkafka.DefaultMarshaler{}.Marshal(topic, msg)
+	pm, err := marshalDefault(topic, msg)
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +122,32 @@ func (m marshaler) Marshal(topic string, msg *message.Message) (*sarama.Producer
 		pm.Key = sarama.StringEncoder(key)
 	}
 	return pm, nil
+}
+
+// marshalDefault writes msg the way watermill-kafka's DefaultMarshaler does (the UUID header
+// first, then one header per metadata entry, the payload as value) with two allocations for
+// all the headers instead of two per header plus the slice's regrowth: a retry record carries
+// a dozen headers, and its marshalling was most of the garbage a failing record made.
+func marshalDefault(topic string, msg *message.Message) (*sarama.ProducerMessage, error) {
+	if _, ok := msg.Metadata[wmkafka.UUIDHeaderKey]; ok {
+		return nil, fmt.Errorf("kafka: metadata %s is reserved by watermill for message UUID", wmkafka.UUIDHeaderKey)
+	}
+	size := len(wmkafka.UUIDHeaderKey) + len(msg.UUID)
+	for k, v := range msg.Metadata {
+		size += len(k) + len(v)
+	}
+	buf := make([]byte, 0, size)
+	bytesOf := func(s string) []byte {
+		start := len(buf)
+		buf = append(buf, s...)
+		return buf[start:len(buf):len(buf)]
+	}
+	headers := make([]sarama.RecordHeader, 0, len(msg.Metadata)+1)
+	headers = append(headers, sarama.RecordHeader{Key: bytesOf(wmkafka.UUIDHeaderKey), Value: bytesOf(msg.UUID)})
+	for k, v := range msg.Metadata {
+		headers = append(headers, sarama.RecordHeader{Key: bytesOf(k), Value: bytesOf(v)})
+	}
+	return &sarama.ProducerMessage{Topic: topic, Value: sarama.ByteEncoder(msg.Payload), Headers: headers}, nil
 }
 
 // toMessage turns a consumed record into a message the way watermill-kafka's DefaultMarshaler

@@ -43,7 +43,10 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 		next.OriginalTopic = source
 	}
 
-	cp := message.NewMessage(msg.UUID, msg.Payload)
+	// Only marshalled, never acked: no need for NewMessage's channels. The metadata is sized
+	// for the retry and origin headers up front: growing the map as they were added made most
+	// of a failing record's garbage after marshalling.
+	cp := &message.Message{UUID: msg.UUID, Payload: msg.Payload, Metadata: make(message.Metadata, len(msg.Metadata)+retryHeaderRoom)}
 	for k, v := range msg.Metadata {
 		cp.Metadata[k] = v
 	}
@@ -89,6 +92,10 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 	}
 	return nil
 }
+
+// retryHeaderRoom is how many headers ScheduleRetry may add: millrace's retry headers
+// (SetRetryHeaders) and the origin headers (setOrigin).
+const retryHeaderRoom = 9
 
 // setOrigin writes o as millrace's origin headers.
 func setOrigin(md message.Metadata, o Origin) {
