@@ -1,8 +1,11 @@
 package middleware_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -216,5 +219,31 @@ func TestOverLimitArrivalKeepsTheCarriedError(t *testing.T) {
 	}
 	if len(r.deadLetter) != 1 || r.deadLetter[0].LastError != "provider 503" || r.deadLetter[0].Attempts != 3 {
 		t.Fatalf("dead letters %+v: want the carried error and 3 attempts", r.deadLetter)
+	}
+}
+
+// A scheduled retry is logged at Info with the attempt, the limit, the delay and the cause;
+// a logger above Info gets nothing.
+func TestRetryScheduledIsLogged(t *testing.T) {
+	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelWarn} {
+		var buf bytes.Buffer
+		logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: level}))
+		r := &recorder{number: 1, disp: millrace.AckOriginal}
+		h := middleware.Retry(r, middleware.RetryConfig{Policy: policy, Logger: logger})(failing())
+		if _, err := h(msgWithCtx()); err != nil {
+			t.Fatal(err)
+		}
+		line := buf.String()
+		if level == slog.LevelWarn {
+			if line != "" {
+				t.Fatalf("logged above its level: %q", line)
+			}
+			continue
+		}
+		for _, want := range []string{"retry scheduled", "message_uuid=m-1", "attempt=1", "max_attempts=3", "delay=2s", `error="dependency down"`} {
+			if !strings.Contains(line, want) {
+				t.Fatalf("log line %q lacks %q", line, want)
+			}
+		}
 	}
 }

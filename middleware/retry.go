@@ -78,12 +78,11 @@ func retryFailed(s RetryScheduler, cfg *RetryConfig, logger *slog.Logger, now fu
 	}
 	disp, serr := s.ScheduleRetry(ctx, msg, millrace.RetryRequest{Attempt: a, Delay: delay, Err: oe.Err, FailedAt: now()})
 	if serr != nil {
-		return nil, fmt.Errorf("%w: %w (attempt %d failed with: %w)", millrace.ErrRetryPublishFailed, serr, a.Number, oe.Err)
+		return nil, retryPublishFailed(serr, a.Number, oe.Err)
 	}
-	logger.InfoContext(ctx, "millrace: attempt failed, retry scheduled",
-		slog.String("message_uuid", msg.UUID), slog.Int("attempt", a.Number),
-		slog.Int("max_attempts", cfg.Policy.MaxAttempts),
-		slog.Duration("delay", delay), slog.String("error", oe.Err.Error()))
+	if logger.Enabled(ctx, slog.LevelInfo) {
+		logRetryScheduled(ctx, logger, msg.UUID, a.Number, cfg.Policy.MaxAttempts, delay, oe.Err)
+	}
 	if disp == millrace.NackOriginal {
 		// The broker redelivers the original itself; nack it here and report no error,
 		// so a planned retry is not logged by the router as a handler failure. The
@@ -91,4 +90,19 @@ func retryFailed(s RetryScheduler, cfg *RetryConfig, logger *slog.Logger, now fu
 		msg.Nack()
 	}
 	return nil, nil
+}
+
+// retryPublishFailed and logRetryScheduled keep their argument lists off retryFailed's frame:
+// a retry's whole path (this, the adapter's ScheduleRetry, the producer) runs on the
+// message's goroutine, and a few hundred bytes more make its stack grow (and be copied)
+// once more.
+func retryPublishFailed(serr error, attempt int, cause error) error {
+	return fmt.Errorf("%w: %w (attempt %d failed with: %w)", millrace.ErrRetryPublishFailed, serr, attempt, cause)
+}
+
+func logRetryScheduled(ctx context.Context, logger *slog.Logger, uuid string, attempt, maxAttempts int, delay time.Duration, cause error) {
+	logger.LogAttrs(ctx, slog.LevelInfo, "millrace: attempt failed, retry scheduled",
+		slog.String("message_uuid", uuid), slog.Int("attempt", attempt),
+		slog.Int("max_attempts", maxAttempts),
+		slog.Duration("delay", delay), slog.String("error", cause.Error()))
 }

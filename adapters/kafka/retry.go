@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -27,12 +28,30 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 		return 0, err
 	}
 	if req.Delay > t.delay {
-		// A RetryAfter longer than every tier: the retry is due after the largest tier's
-		// delay, earlier than asked (see the package documentation).
-		a.logger.Warn("kafka: requested retry delay exceeds the largest retry tier; retrying after the tier's delay",
-			slog.String("topic", source), slog.Duration("requested", req.Delay), slog.Duration("tier_delay", t.delay),
-			slog.String("retry_topic", t.topic))
+		a.warnBeyondTiers(source, req.Delay, t)
 	}
+	cp := a.retryRecord(ctx, msg, d, fromSub, source, t, req)
+	if fromSub {
+		d.handled()
+	}
+	if err := a.publishRetry(t.topic, cp); err != nil {
+		return 0, fmt.Errorf("kafka: publish retry to %q: %w", t.topic, err)
+	}
+	return millrace.AckOriginal, nil
+}
+
+// warnBeyondTiers logs a RetryAfter longer than every tier: the retry is due after the largest
+// tier's delay, earlier than asked (see the package documentation).
+func (a *Adapter) warnBeyondTiers(source string, requested time.Duration, t tier) {
+	a.logger.Warn("kafka: requested retry delay exceeds the largest retry tier; retrying after the tier's delay",
+		slog.String("topic", source), slog.Duration("requested", requested), slog.Duration("tier_delay", t.delay),
+		slog.String("retry_topic", t.topic))
+}
+
+// retryRecord builds the copy of msg that ScheduleRetry publishes to tier t. It is apart from
+// ScheduleRetry so that its frame is gone before the publish runs: the whole retry path runs on
+// the message's goroutine, whose stack would otherwise grow, copying itself, once more.
+func (a *Adapter) retryRecord(ctx context.Context, msg *message.Message, d *delivery, fromSub bool, source string, t tier, req millrace.RetryRequest) *message.Message {
 	next := req.Attempt
 	next.Number++
 	next.LastError = req.Err.Error()
@@ -65,13 +84,7 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 		}
 	}
 	cp.SetContext(context.WithValue(ctx, recordKey{}, key))
-	if fromSub {
-		d.handled()
-	}
-	if err := a.publishRetry(t.topic, cp); err != nil {
-		return 0, fmt.Errorf("kafka: publish retry to %q: %w", t.topic, err)
-	}
-	return millrace.AckOriginal, nil
+	return cp
 }
 
 // DeadLetter publishes rec's message (payload unchanged, original headers, record keys) to the
