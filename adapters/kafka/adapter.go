@@ -94,8 +94,10 @@ func (a *Adapter) Capabilities() millrace.Capabilities {
 	}
 }
 
-// Publisher returns the adapter's synchronous publisher: each Publish returns once the brokers
-// acknowledged every record. Its key comes from Config.PartitionKey.
+// Publisher returns the adapter's synchronous publisher: each Publish hands all its records to
+// the producer at once and returns once the brokers acknowledged every one, or with the first
+// failure (records after it in the call may have been written). Records keep the call's order
+// per key. Their key comes from Config.PartitionKey.
 func (a *Adapter) Publisher() message.Publisher { return publisher{a} }
 
 // publisher refuses to publish after the adapter closed, and keeps the adapter's producer open
