@@ -376,16 +376,19 @@ func testPanicIsRetried(t *testing.T, h Harness, opts Options) {
 	}
 }
 
-// testBudgetBoundsHandler: the processing budget is a context deadline; a handler that overruns
-// it is retried.
+// testBudgetBoundsHandler: the processing budget is a context deadline, set the budget after
+// the attempt begins; a handler that overruns it ends at that deadline and is retried.
 func testBudgetBoundsHandler(t *testing.T, h Harness, opts Options) {
 	const budget = 100 * time.Millisecond
 	f := newFixture(t, h, opts)
+	deadlines := make(chan time.Time, 1)
 	f.run(router.Config{Policy: f.policy(3, opts.Delay), Budget: budget}, func(ctx context.Context, _ *message.Message, a millrace.Attempt) error {
-		if _, ok := ctx.Deadline(); !ok {
+		dl, ok := ctx.Deadline()
+		if !ok {
 			return millrace.Discard(errors.New("no deadline in the handler context"))
 		}
 		if a.Number == 1 {
+			deadlines <- dl
 			<-ctx.Done()
 			return ctx.Err()
 		}
@@ -393,8 +396,14 @@ func testBudgetBoundsHandler(t *testing.T, h Harness, opts Options) {
 	})
 	f.publish(newMsg(`{"id":"budget"}`))
 	calls := f.waitCalls("2 calls", func(c []call) bool { return len(c) >= 2 })
-	if d := calls[0].end.Sub(calls[0].start); d < budget || d > budget+opts.Tolerance {
-		t.Fatalf("first attempt ran %s, want the budget %s", d, budget)
+	// The deadline is set just before the handler's call is recorded as begun, so it lies at
+	// most the budget after that start (and less only by the time between the two).
+	dl := <-deadlines
+	if d := dl.Sub(calls[0].start); d > budget || d < budget-opts.Tolerance {
+		t.Fatalf("deadline %s after the first attempt began, want the budget %s", d, budget)
+	}
+	if late := calls[0].end.Sub(dl); late < 0 || late > opts.Tolerance {
+		t.Fatalf("first attempt ended %s after its deadline, want 0 to %s", late, opts.Tolerance)
 	}
 	if calls[1].attempt.Number != 2 {
 		t.Fatalf("attempt after timeout %d, want 2", calls[1].attempt.Number)
