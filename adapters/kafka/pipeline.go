@@ -216,7 +216,10 @@ func (p *pipeline) finish(f *flight, acked bool) (next *flight) {
 		// Marking under the lock keeps marks in offset order.
 		p.sess.MarkOffset(p.topic, p.partition, mark+1, "")
 	}
+	// Marked as given back: a handler still running after its delivery was abandoned (the
+	// subscription closing) may yet call releaseSlot, which must not give back a second slot.
 	freed := f.slotFree
+	f.slotFree = true
 	p.mu.Unlock()
 	if !freed {
 		<-p.slots

@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/kafka"
+	"github.com/millrace/millrace/router"
 )
 
 // Within a partition, records of other keys overtake a slow record, records of its own key wait
@@ -204,5 +206,62 @@ func publishBehind(t *testing.T, a *kafka.Adapter, topic string, first *message.
 	}
 	if err := a.Publisher().Publish(topic, msgs...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A handler that finishes after its subscription closed (its delivery abandoned, its slot given
+// back) and then fails still gets through the retry path: giving the slot back a second time
+// would block it for good.
+func TestRetryAfterAbandonedDeliveryReturns(t *testing.T) {
+	t.Parallel()
+	topic, group := uniqueName("abandon"), uniqueName("abandon-group")
+	a := newAdapter(t, group, func(c *kafka.Config) { c.MaxInFlight = 1 })
+	policy := millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(time.Second)}
+	if err := a.Provision(ctxT(t, 30*time.Second), topic, policy); err != nil {
+		t.Fatal(err)
+	}
+	logger := testLogger(t)
+	stack, err := router.Stack(router.Config{Adapter: a, Policy: policy, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wr, err := message.NewRouter(message.RouterConfig{CloseTimeout: time.Second}, watermill.NewSlogLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chainDone := make(chan error, 1)
+	wr.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			out, err := h(msg)
+			chainDone <- err
+			return out, err
+		}
+	})
+	wr.AddMiddleware(stack...)
+	started := make(chan struct{})
+	sub := a.Subscriber()
+	wr.AddConsumerHandler("abandon", topic, sub, func(msg *message.Message) error {
+		close(started)
+		<-msg.Context().Done()             // the subscription closed: the delivery is abandoned
+		time.Sleep(300 * time.Millisecond) // and its pipeline has finished with the record
+		return errors.New("failed after the subscription closed")
+	})
+	go func() { _ = wr.Run(context.Background()) }()
+	t.Cleanup(func() { _ = wr.Close() })
+	if err := a.Publisher().Publish(topic, newMessage("abandoned")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(waitTimeout):
+		t.Fatal("the record was not delivered")
+	}
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-chainDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the retry path of a handler that failed after its delivery was abandoned never returned")
 	}
 }
