@@ -26,8 +26,7 @@ type Adapter struct {
 	logger *slog.Logger
 	// pub sends what Publisher publishes, at once; retries sends retries and dead letters,
 	// lingering up to Config.RetryLinger so that those of many failing records share produce
-	// requests (one request per record costs the client and the brokers far more than the
-	// record itself).
+	// requests.
 	pub, retries *producer
 
 	// pubMu is read-held across every send and write-held by Close before it closes the
