@@ -17,6 +17,11 @@
 //	millrace-dlq-first-failure  | time of the first failure (or first delivery), RFC 3339 nano
 //	millrace-dlq-last-failure   | time of the last failure, RFC 3339 nano
 //	millrace-dlq-message-uuid   | the Watermill message UUID
+//
+// The original metadata is untrusted: a foreign producer may send keys of its own that start
+// with millrace-dlq-. Such a key is written as EscapePrefix + key (see EscapeKey), so it never
+// overwrites a record key and never forges one, and FromMessage gives it back under its own
+// name. Every other millrace-dlq-* key that is not a record key is ignored on reading.
 package deadletter
 
 import (
@@ -59,8 +64,37 @@ const (
 	KeyMessageUUID   = "millrace-dlq-message-uuid"
 )
 
-// KeyPrefix starts every key a Record adds; stripping it restores the original metadata.
+// KeyPrefix starts every key a Record adds.
 const KeyPrefix = "millrace-dlq-"
+
+// EscapePrefix starts the dead-letter key of an original metadata key that itself starts with
+// KeyPrefix: "millrace-dlq-reason" sent by a foreign producer is kept as
+// "millrace-dlq-esc.millrace-dlq-reason".
+const EscapePrefix = KeyPrefix + "esc."
+
+// EscapeKey returns the key under which an original metadata key k is written in a dead letter:
+// k itself, or EscapePrefix + k when k starts with KeyPrefix (and so could collide with, or
+// forge, a record key). Adapters and stores that write the original metadata next to
+// Record.Fields use it for every original key.
+func EscapeKey(k string) string {
+	if strings.HasPrefix(k, KeyPrefix) {
+		return EscapePrefix + k
+	}
+	return k
+}
+
+// OriginalKey is EscapeKey's inverse for a key read from a dead letter: it returns the original
+// metadata key and true, or false for a record key (or any other millrace-dlq-* key that is not
+// an escaped original).
+func OriginalKey(k string) (string, bool) {
+	switch {
+	case strings.HasPrefix(k, EscapePrefix):
+		return k[len(EscapePrefix):], true
+	case strings.HasPrefix(k, KeyPrefix):
+		return "", false
+	}
+	return k, true
+}
 
 // Record is one dead letter: the message exactly as it failed, and the context of its failure.
 type Record struct {
@@ -72,7 +106,11 @@ type Record struct {
 	Metadata map[string]string
 	// Reason says why the message was given up.
 	Reason Reason
-	// Attempts is the number of attempts made.
+	// Attempts is the number of attempts made, at least 1: the handler calls the message's retry
+	// state records. For a delivery that arrived past MaxAttempts (its dead-letter write had
+	// failed, or its retry state claims more attempts than the policy allows) the handler was not
+	// called on that delivery: Attempts is then the count the retry state records before it,
+	// and LastError says so when the broker carried no error of its own.
 	Attempts int
 	// LastError is the error text of the last attempt.
 	LastError string
@@ -91,14 +129,32 @@ type Record struct {
 	FirstFailureAt time.Time
 	// LastFailureAt is when the message failed for the last time.
 	LastFailureAt time.Time
+	// Native is the original message's content as the broker held it, where Payload and
+	// Metadata cannot hold it exactly: the fields of a Redis stream entry that was not a
+	// Watermill message, in stream order with repeated names kept. It is nil for a message
+	// whose content Payload and Metadata hold whole. A store fills it when it reads such a dead
+	// letter; Message and Fields ignore it, and a replay must re-publish it exactly (see
+	// NativePublisher) or refuse.
+	Native []Field
+}
+
+// Field is one named item of a message's native content.
+type Field struct {
+	// Name is the field, header or attribute name.
+	Name string
+	// Type is the broker's type of the value where the broker types values, "" where it does
+	// not (Redis fields).
+	Type string
+	// Value is the value's exact bytes.
+	Value []byte
 }
 
 // Message returns the dead-letter message for r: the original payload, the original metadata
-// and the record keys.
+// (keys escaped with EscapeKey) and the record keys.
 func (r Record) Message() *message.Message {
 	msg := message.NewMessage(r.UUID, r.Payload)
 	for k, v := range r.Metadata {
-		msg.Metadata[k] = v
+		msg.Metadata[EscapeKey(k)] = v
 	}
 	for k, v := range r.Fields() {
 		msg.Metadata[k] = v
@@ -136,6 +192,10 @@ func (r Record) Fields() map[string]string {
 var ErrNotDeadLetter = errors.New("deadletter: message carries no dead-letter record")
 
 // FromMessage decodes the Record a dead-letter message carries. The payload is not copied.
+// It refuses a message without a valid reason, with an attempt count that is not a positive
+// decimal, or with a failure time that is present but not RFC 3339; the error names the key.
+// An absent failure time leaves the field zero. Original keys escaped by EscapeKey come back
+// under their own names; other millrace-dlq-* keys are not part of the original metadata.
 func FromMessage(msg *message.Message) (Record, error) {
 	md := msg.Metadata
 	r := Record{
@@ -157,15 +217,46 @@ func FromMessage(msg *message.Message) (Record, error) {
 		r.UUID = msg.UUID
 	}
 	var err error
-	if r.Attempts, err = strconv.Atoi(md.Get(KeyAttempts)); err != nil {
-		return Record{}, fmt.Errorf("deadletter: %s = %q: %w", KeyAttempts, md.Get(KeyAttempts), err)
+	if r.Attempts, err = parseAttempts(md.Get(KeyAttempts)); err != nil {
+		return Record{}, err
 	}
-	r.FirstFailureAt, _ = time.Parse(time.RFC3339Nano, md.Get(KeyFirstFailure))
-	r.LastFailureAt, _ = time.Parse(time.RFC3339Nano, md.Get(KeyLastFailure))
+	if r.FirstFailureAt, err = parseTime(md, KeyFirstFailure); err != nil {
+		return Record{}, err
+	}
+	if r.LastFailureAt, err = parseTime(md, KeyLastFailure); err != nil {
+		return Record{}, err
+	}
 	for k, v := range md {
-		if !strings.HasPrefix(k, KeyPrefix) {
-			r.Metadata[k] = v
+		if orig, ok := OriginalKey(k); ok {
+			r.Metadata[orig] = v
 		}
 	}
 	return r, nil
+}
+
+// ErrInvalidRecord is wrapped by FromMessage when a record key holds a value no millrace
+// adapter writes.
+var ErrInvalidRecord = errors.New("deadletter: invalid dead-letter record")
+
+// parseAttempts reads KeyAttempts: a positive decimal (a dead letter records at least one
+// attempt).
+func parseAttempts(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%w: %s = %q: want a positive decimal", ErrInvalidRecord, KeyAttempts, v)
+	}
+	return n, nil
+}
+
+// parseTime reads an RFC 3339 time key; absent means zero, unreadable is an error.
+func parseTime(md message.Metadata, key string) (time.Time, error) {
+	v, ok := md[key]
+	if !ok {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: %s = %q: want an RFC 3339 time", ErrInvalidRecord, key, v)
+	}
+	return t, nil
 }

@@ -1,6 +1,8 @@
 package deadletter
 
 import (
+	"context"
+	"errors"
 	"strings"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -37,7 +39,8 @@ func (h History) String() string {
 const HistoryPrefix = "millrace-"
 
 // ReplayMessage returns the message that re-publishes rec: the same UUID and payload bytes, the
-// original metadata, and the history h asks for. The payload is not copied.
+// original metadata, and the history h asks for. The payload is not copied. A record with
+// Native content is not whole in that message: replay it through a NativePublisher.
 func ReplayMessage(rec Record, h History) *message.Message {
 	if h == KeepHistory {
 		return rec.Message()
@@ -49,4 +52,16 @@ func ReplayMessage(rec Record, h History) *message.Message {
 		}
 	}
 	return msg
+}
+
+// ErrNotReplayable is wrapped when a record cannot be re-published exactly: its Native content
+// needs a NativePublisher of its own broker, and the target has none.
+var ErrNotReplayable = errors.New("deadletter: record cannot be re-published exactly")
+
+// NativePublisher is implemented by a broker client that can re-publish a record's Native
+// content exactly as the broker first held it (a Redis stream entry's fields, in order). A
+// replay of a record with Native content must use it, or refuse the record and keep it.
+type NativePublisher interface {
+	// PublishNative appends fields, exactly, to topic.
+	PublishNative(ctx context.Context, topic string, fields []Field) error
 }
