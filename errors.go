@@ -49,7 +49,8 @@ func (e *ConfigError) Is(target error) bool {
 // ExhaustedError is the failure of a message on (or past) its last allowed attempt.
 // errors.Is(err, ErrExhausted) holds for it; Unwrap returns the handler's error.
 type ExhaustedError struct {
-	// Attempts is the number of the attempt that failed.
+	// Attempts is the number of the attempt that failed; for a delivery that arrived past the
+	// limit (the handler was not called), the attempts its retry state records before it.
 	Attempts int
 	// Err is the handler's error on that attempt (nil when the message arrived past the limit).
 	Err error

@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -34,16 +35,23 @@ func Attempt(dec AttemptDecoder, policy millrace.RetryPolicy) message.HandlerMid
 				return nil, millrace.Malformed(err)
 			}
 			if maxAttempts > 0 && a.Number > maxAttempts {
-				// Delivered again after its last attempt (its dead-letter write failed, or a
-				// header claims more): the handler has had its MaxAttempts calls. Record the
-				// policy's count and, where the broker carried it, the last real error.
-				var last error
-				if a.LastError != "" {
-					last = errors.New(a.LastError)
-				}
-				return nil, &millrace.ExhaustedError{Attempts: maxAttempts, Err: last}
+				return nil, pastLimit(a.Number, maxAttempts, a.LastError)
 			}
 			return h(msg)
 		}
 	}
+}
+
+// pastLimit is the failure of a delivery that arrived as attempt number, past maxAttempts: its
+// dead-letter write failed after the last attempt, or its retry state claims more attempts than
+// the policy allows (a forged or foreign history). The handler is not called. The record states
+// the attempts the retry state records before this delivery (number-1, not the policy's count,
+// which would claim handler calls that may never have happened) and, where the broker carried
+// none, an error text that says the handler did not run on this delivery.
+func pastLimit(number, maxAttempts int, lastError string) error {
+	last := errors.New(lastError)
+	if lastError == "" {
+		last = fmt.Errorf("millrace: delivered as attempt %d, past MaxAttempts %d: the handler was not called on this delivery", number, maxAttempts)
+	}
+	return &millrace.ExhaustedError{Attempts: number - 1, Err: last}
 }

@@ -139,8 +139,22 @@ func TestOverLimitArrivalSkipsHandler(t *testing.T) {
 	if err != nil || called {
 		t.Fatalf("err %v called %v: an arrival past MaxAttempts must be dead-lettered without a handler call", err, called)
 	}
-	if len(r.deadLetter) != 1 || r.deadLetter[0].Attempts != 3 || r.deadLetter[0].Reason != deadletter.Exhausted {
-		t.Fatalf("dead letters %+v: want one exhausted record with the policy's 3 attempts", r.deadLetter)
+	// The retry state says 8 attempts came before this delivery; the policy's 3 would claim
+	// handler calls nobody saw, and the error text must say the handler did not run.
+	if len(r.deadLetter) != 1 || r.deadLetter[0].Attempts != 8 || r.deadLetter[0].Reason != deadletter.Exhausted ||
+		!strings.Contains(r.deadLetter[0].LastError, "delivered as attempt 9, past MaxAttempts 3: the handler was not called") {
+		t.Fatalf("dead letters %+v: want one exhausted record with the 8 attempts of its history and a LastError saying the handler did not run", r.deadLetter)
+	}
+}
+
+// A redelivery after a failed dead-letter write (attempt MaxAttempts+1) records MaxAttempts.
+func TestRedeliveryAfterFailedDeadLetterRecordsMaxAttempts(t *testing.T) {
+	r := &recorder{number: 4}
+	if _, err := chain(r, policy, failing())(msgWithCtx()); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.deadLetter) != 1 || r.deadLetter[0].Attempts != 3 {
+		t.Fatalf("dead letters %+v: want one record with 3 attempts", r.deadLetter)
 	}
 }
 
