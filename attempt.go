@@ -2,6 +2,7 @@ package millrace
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -96,4 +97,15 @@ func WithDecodeError(ctx context.Context, err error) context.Context {
 func DecodeErrorFrom(ctx context.Context) error {
 	err, _ := ctx.Value(decodeErrorKey{}).(error)
 	return err
+}
+
+// SaturatingAdd returns a+b for counts read from untrusted input: math.MaxInt instead of a
+// wrapped negative sum when it overflows, and negative operands count as 0, so a forged count
+// can never turn an attempt number back to 1.
+func SaturatingAdd(a, b int) int {
+	a, b = max(a, 0), max(b, 0)
+	if a > math.MaxInt-b {
+		return math.MaxInt
+	}
+	return a + b
 }

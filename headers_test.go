@@ -1,6 +1,7 @@
 package millrace_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -45,5 +46,21 @@ func TestTruncateErrorKeepsUTF8(t *testing.T) {
 	}
 	if millrace.TruncateError("short") != "short" {
 		t.Fatal("short text changed")
+	}
+}
+
+func TestSaturatingAdd(t *testing.T) {
+	cases := []struct{ a, b, want int }{
+		{1, 2, 3},
+		{math.MaxInt, 1, math.MaxInt},
+		{math.MaxInt - 1, math.MaxInt, math.MaxInt},
+		{-5, 3, 3},
+		{3, -5, 3},
+		{math.MinInt, math.MinInt, 0},
+	}
+	for _, c := range cases {
+		if got := millrace.SaturatingAdd(c.a, c.b); got != c.want {
+			t.Errorf("SaturatingAdd(%d, %d) = %d, want %d", c.a, c.b, got, c.want)
+		}
 	}
 }

@@ -46,6 +46,10 @@ func Run(t *testing.T, h Harness) {
 			tc.fn(t, h, opts)
 		})
 	}
+	t.Run("Hostile", func(t *testing.T) {
+		t.Parallel()
+		RunHostile(t, h)
+	})
 }
 
 func newMsg(payload string) *message.Message {

@@ -50,7 +50,7 @@ type Adapter struct {
 
 	mu      sync.Mutex
 	queues  map[string]*queue
-	timers  map[*time.Timer]struct{}
+	timers  map[*time.Timer]string // pending retry -> its topic
 	closed  bool
 	closing chan struct{}
 	nextID  uint64
@@ -68,7 +68,7 @@ func New(cfg Config) (*Adapter, error) {
 	return &Adapter{
 		cfg:     cfg,
 		queues:  map[string]*queue{},
-		timers:  map[*time.Timer]struct{}{},
+		timers:  map[*time.Timer]string{},
 		closing: make(chan struct{}),
 	}, nil
 }
@@ -110,6 +110,11 @@ func (a *Adapter) Publish(topic string, msgs ...*message.Message) error {
 }
 
 func (a *Adapter) enqueue(topic string, m *message.Message) error {
+	return a.enqueueRetry(topic, m, nil)
+}
+
+// enqueueRetry enqueues a copy of m; retry, when set, is the attempt the copy is for.
+func (a *Adapter) enqueueRetry(topic string, m *message.Message, retry *millrace.Attempt) error {
 	md := make(message.Metadata, len(m.Metadata))
 	for k, v := range m.Metadata {
 		md[k] = v
@@ -125,6 +130,7 @@ func (a *Adapter) enqueue(topic string, m *message.Message) error {
 		uuid:     m.UUID,
 		payload:  append([]byte(nil), m.Payload...),
 		metadata: md,
+		retry:    retry,
 	}
 	q := a.queueLocked(topic)
 	a.mu.Unlock()
@@ -149,19 +155,61 @@ func (a *Adapter) Len(topic string) int {
 	return q.len()
 }
 
-// DecodeAttempt combines the millrace headers (attempts across retries) with the native
-// delivery count of this copy: every redelivery after a nack counts as one more attempt.
+// Peek returns copies of the messages waiting (not in flight) on topic, oldest first, without
+// taking them: for tests and tools that inspect a topic, such as a dead-letter topic.
+func (a *Adapter) Peek(topic string) []*message.Message {
+	a.mu.Lock()
+	q := a.queueLocked(topic)
+	a.mu.Unlock()
+	es := q.peek()
+	out := make([]*message.Message, 0, len(es))
+	for _, e := range es {
+		m := message.NewMessage(e.uuid, append([]byte(nil), e.payload...))
+		for k, v := range e.metadata {
+			m.Metadata[k] = v
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// Outstanding returns the number of messages of topic that are waiting, in flight or scheduled
+// for a retry: zero when the topic is settled.
+func (a *Adapter) Outstanding(topic string) int {
+	a.mu.Lock()
+	q := a.queueLocked(topic)
+	n := 0
+	for _, tt := range a.timers {
+		if tt == topic {
+			n++
+		}
+	}
+	a.mu.Unlock()
+	return n + q.outstanding()
+}
+
+// DecodeAttempt combines the attempt a retry copy is for (kept by the adapter beside the
+// message) with the native delivery count of this copy: every redelivery after a nack counts as
+// one more attempt, with saturating arithmetic. A published message starts at attempt 1 whatever
+// its metadata says: millrace-* metadata from a producer is content, not retry state. For a
+// message that did not come through this adapter it reads millrace's headers.
 func (a *Adapter) DecodeAttempt(msg *message.Message) millrace.Attempt {
-	at := millrace.AttemptFromHeaders(msg.Metadata)
-	at.Broker = BrokerName
 	d, ok := msg.Context().Value(deliveryKey{}).(*delivery)
 	if !ok {
+		at := millrace.AttemptFromHeaders(msg.Metadata)
+		at.Broker = BrokerName
 		return at
 	}
+	at := millrace.Attempt{Number: 1}
+	if d.retry != nil {
+		at = *d.retry
+		at.Source = millrace.SourceHeader
+	}
+	at.Broker = BrokerName
 	at.NativeCount = d.count
 	at.NativeID = d.id
 	if d.count > 1 {
-		at.Number += d.count - 1
+		at.Number = millrace.SaturatingAdd(at.Number, d.count-1)
 		if at.Source == millrace.SourceNone {
 			at.Source = millrace.SourceNative
 		}
@@ -175,14 +223,17 @@ func (a *Adapter) DecodeAttempt(msg *message.Message) millrace.Attempt {
 	return at
 }
 
-// ScheduleRetry publishes a copy carrying the next attempt's headers once req.Delay has passed.
+// ScheduleRetry enqueues a copy of msg, with its payload and metadata unchanged, once req.Delay
+// has passed; the copy's attempt is kept by the adapter beside it.
 func (a *Adapter) ScheduleRetry(_ context.Context, msg *message.Message, req millrace.RetryRequest) (millrace.Disposition, error) {
 	next := req.Attempt
-	next.Number++
-	next.LastError = req.Err.Error()
+	next.Number = millrace.SaturatingAdd(next.Number, 1)
+	next.LastError = millrace.TruncateError(req.Err.Error())
+	if next.FirstAttemptAt.IsZero() {
+		next.FirstAttemptAt = req.FailedAt
+	}
 	topic := next.OriginalTopic
 	cp := msg.Copy()
-	millrace.SetRetryHeaders(cp.Metadata, next, req.FailedAt.Add(req.Delay))
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -194,9 +245,9 @@ func (a *Adapter) ScheduleRetry(_ context.Context, msg *message.Message, req mil
 		a.mu.Lock()
 		delete(a.timers, t)
 		a.mu.Unlock()
-		_ = a.enqueue(topic, cp) // fails only after Close, which drops pending retries by design
+		_ = a.enqueueRetry(topic, cp, &next) // fails only after Close, which drops pending retries by design
 	})
-	a.timers[t] = struct{}{}
+	a.timers[t] = topic
 	return millrace.AckOriginal, nil
 }
 

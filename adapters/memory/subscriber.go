@@ -16,6 +16,7 @@ type delivery struct {
 	topic   string
 	count   int
 	firstAt time.Time
+	retry   *millrace.Attempt // the attempt of a retry copy; nil for a published message
 }
 
 type deliveryKey struct{}
@@ -101,27 +102,30 @@ func (a *Adapter) deliver(ctx context.Context, topic string, q *queue, e *envelo
 	}
 	msgCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	msg.SetContext(context.WithValue(msgCtx, deliveryKey{}, &delivery{id: e.id, topic: topic, count: e.count, firstAt: e.firstAt}))
+	msg.SetContext(context.WithValue(msgCtx, deliveryKey{}, &delivery{id: e.id, topic: topic, count: e.count, firstAt: e.firstAt, retry: e.retry}))
 
 	select {
 	case out <- msg:
 	case <-ctx.Done():
 		e.count--
-		q.push(e)
+		q.settle(e, true)
 		return false
 	case <-a.closing:
+		q.settle(e, false)
 		return false
 	}
 	select {
 	case <-msg.Acked():
+		q.settle(e, false)
 		return true
 	case <-msg.Nacked():
-		q.push(e)
+		q.settle(e, true)
 		return true
 	case <-ctx.Done():
-		q.push(e)
+		q.settle(e, true)
 		return false
 	case <-a.closing:
+		q.settle(e, false)
 		return false
 	}
 }
