@@ -2,6 +2,7 @@ package millrace_test
 
 import (
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -63,4 +64,22 @@ func TestSaturatingAdd(t *testing.T) {
 			t.Errorf("SaturatingAdd(%d, %d) = %d, want %d", c.a, c.b, got, c.want)
 		}
 	}
+}
+
+// FuzzAttemptFromHeaders: whatever the headers hold, the attempt is at least 1, and a number
+// the header gives is exactly the one it states.
+func FuzzAttemptFromHeaders(f *testing.F) {
+	for _, v := range []string{"", "0", "-3", "2", "9223372036854775807", "9223372036854775808", "two", " 2", "+2"} {
+		f.Add(v, "2026-11-29T09:00:00Z")
+	}
+	f.Add("3", "yesterday")
+	f.Fuzz(func(t *testing.T, attempt, first string) {
+		a := millrace.AttemptFromHeaders(message.Metadata{millrace.HeaderAttempt: attempt, millrace.HeaderFirstAttemptAt: first})
+		if a.Number < 1 {
+			t.Fatalf("attempt %q read as %d", attempt, a.Number)
+		}
+		if n, err := strconv.Atoi(attempt); a.Source == millrace.SourceHeader && (err != nil || n != a.Number) {
+			t.Fatalf("attempt %q read as %d", attempt, a.Number)
+		}
+	})
 }

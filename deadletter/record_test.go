@@ -3,6 +3,7 @@ package deadletter_test
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,5 +60,45 @@ func TestFromMessageRefusesNonDeadLetters(t *testing.T) {
 	msg.Metadata.Set(deadletter.KeyAttempts, "many")
 	if _, err := deadletter.FromMessage(msg); err == nil {
 		t.Fatal("garbled attempts accepted")
+	}
+}
+
+// A foreign producer's millrace-dlq-* keys are kept under their own names and never become (or
+// overwrite) record fields.
+func TestForeignRecordKeysAreEscaped(t *testing.T) {
+	rec := deadletter.Record{
+		UUID: "u", Payload: []byte("p"), Reason: deadletter.Malformed, Attempts: 1,
+		Metadata: map[string]string{deadletter.KeyReason: "discarded", deadletter.KeyAttempts: "-3", "plain": "x"},
+	}
+	msg := rec.Message()
+	if got := msg.Metadata.Get(deadletter.KeyReason); got != "malformed" {
+		t.Fatalf("record reason overwritten by the foreign key: %q", got)
+	}
+	got, err := deadletter.FromMessage(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Reason != deadletter.Malformed || got.Attempts != 1 {
+		t.Fatalf("record %+v", got)
+	}
+	if len(got.Metadata) != 3 || got.Metadata[deadletter.KeyReason] != "discarded" || got.Metadata[deadletter.KeyAttempts] != "-3" || got.Metadata["plain"] != "x" {
+		t.Fatalf("original metadata not restored exactly: %v", got.Metadata)
+	}
+}
+
+// FromMessage refuses attempt counts no adapter writes and failure times it cannot read.
+func TestFromMessageRefusesImpossibleValues(t *testing.T) {
+	for _, tc := range []struct{ key, value string }{
+		{deadletter.KeyAttempts, "0"},
+		{deadletter.KeyAttempts, "-3"},
+		{deadletter.KeyFirstFailure, "yesterday"},
+		{deadletter.KeyLastFailure, "2026-13-45T00:00:00Z"},
+	} {
+		msg := deadletter.Record{UUID: "u", Reason: deadletter.Exhausted, Attempts: 2}.Message()
+		msg.Metadata.Set(tc.key, tc.value)
+		_, err := deadletter.FromMessage(msg)
+		if !errors.Is(err, deadletter.ErrInvalidRecord) || !strings.Contains(err.Error(), tc.key) {
+			t.Errorf("%s = %q: err = %v, want ErrInvalidRecord naming the key", tc.key, tc.value, err)
+		}
 	}
 }
