@@ -80,12 +80,12 @@ type ForeignCase struct {
 
 // Content is a message's whole native content in a comparable form.
 type Content struct {
-	// Body is the payload bytes.
+	// Body is the payload bytes; empty where the broker's message is a list of fields with no
+	// body apart from them (a Redis stream entry: its payload is one of its Fields).
 	Body []byte
-	// Fields are every header, attribute or field the broker keeps with the message (for the
-	// Redis adapter: every entry field other than the payload), in the broker's own order
-	// where it keeps one and sorted by name where it does not. Type is the broker's type of the
-	// value where it has types.
+	// Fields are every header, attribute or field the broker keeps with the message, in the
+	// broker's own order where it keeps one (repeated names included) and sorted by name where
+	// it does not. Type is the broker's type of the value where it has types.
 	Fields []deadletter.Field
 }
 
