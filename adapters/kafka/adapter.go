@@ -141,7 +141,8 @@ func (a *Adapter) DeadLetterTopic(topic string) string { return topic + DeadLett
 func (a *Adapter) DecodeAttempt(msg *message.Message) millrace.Attempt {
 	d, ok := deliveryFrom(msg.Context())
 	if !ok {
-		at, _ := decodeAttempt(msg.Metadata, false)
+		// Not from this adapter's subscriber: the caller vouches for its headers.
+		at, _ := decodeHeaders(msg.Metadata, false)
 		return at
 	}
 	at := d.attempt

@@ -100,7 +100,7 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 		f := h.decode(rec, fromRetryTopic)
 		// Retry records are dispatched in their topic's order, each once due: the tier holds
 		// one delay, so due times rise with the offsets.
-		if fromRetryTopic && f.decodeErr == nil && !h.waitUntilDue(sess, rec, f.msg.Metadata, tierDelay) {
+		if fromRetryTopic && f.decodeErr == nil && !h.waitUntilDue(sess, rec, f.d.stateMD, tierDelay) {
 			return nil
 		}
 		if !p.admit(f) {
@@ -109,7 +109,8 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 	}
 }
 
-// decode reads a record's message and attempt history.
+// decode reads a record's message, its original headers apart from millrace's retry state, and
+// its attempt history (from that state only).
 func (h *groupHandler) decode(rec *sarama.ConsumerMessage, fromRetryTopic bool) *flight {
 	f := &flight{
 		d: delivery{
@@ -120,7 +121,13 @@ func (h *groupHandler) decode(rec *sarama.ConsumerMessage, fromRetryTopic bool) 
 		rec: rec,
 		msg: toMessage(rec),
 	}
-	f.d.attempt, f.decodeErr = decodeAttempt(f.msg.Metadata, fromRetryTopic)
+	f.d.value = rec.Value
+	var splitErr error
+	f.d.orig, f.d.state, splitErr = splitHeaders(nonNil(rec.Headers), fromRetryTopic)
+	f.d.attempt, f.d.stateMD, f.decodeErr = attemptState(f.d.state, fromRetryTopic)
+	if splitErr != nil {
+		f.decodeErr = splitErr
+	}
 	return f
 }
 

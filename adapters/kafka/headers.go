@@ -69,12 +69,25 @@ func OriginFromMetadata(md message.Metadata) (o Origin, ok bool) {
 	return Origin{}, false
 }
 
-// decodeAttempt reads the attempt history of a record from its headers. It never panics, and
-// never yields a Number below 1 or above MaxAttemptNumber. It returns an error wrapping
-// ErrUntrustedHeader when an attempt header is present but unreadable, or when a record read
-// from a retry topic (fromRetryTopic) carries no attempt header at all: counting either as a
-// first attempt would grant more attempts than the policy allows.
+// decodeAttempt reads the attempt history of a record from its retry state headers md (see
+// splitHeaders). It never panics, and never yields a Number below 1 or above MaxAttemptNumber.
+// A record read from the source topic is a first attempt whatever its headers say: only
+// millrace writes its retry topics, while anyone may write the source topic, and a header
+// there (millrace-attempt, Spring's retry_topic-attempts, an original topic or key, a last
+// error) is the producer's content, never retry state. On a retry topic it returns an error
+// wrapping ErrUntrustedHeader when an attempt header is present but unreadable, or when the
+// record carries no attempt header at all: counting either as a first attempt would grant more
+// attempts than the policy allows.
 func decodeAttempt(md message.Metadata, fromRetryTopic bool) (millrace.Attempt, error) {
+	if !fromRetryTopic {
+		return millrace.Attempt{Number: 1, Source: millrace.SourceNone, Broker: BrokerName}, nil
+	}
+	return decodeHeaders(md, true)
+}
+
+// decodeHeaders reads the attempt history md carries; requireHeader refuses md without an
+// attempt header (ErrUntrustedHeader).
+func decodeHeaders(md message.Metadata, requireHeader bool) (millrace.Attempt, error) {
 	// The broker-neutral headers (first-attempt time, original topic and key, last error) read
 	// as the core reads them; the attempt number is re-read strictly below, since the core's
 	// parse tolerates what this untrusted input must not (signs, zero, overflow).
@@ -86,7 +99,7 @@ func decodeAttempt(md message.Metadata, fromRetryTopic bool) (millrace.Attempt, 
 		return a, err
 	case found:
 		a.Number, a.Source = n, millrace.SourceHeader
-	case fromRetryTopic:
+	case requireHeader:
 		return a, fmt.Errorf("%w: record on a retry topic carries no %s or %s header", ErrUntrustedHeader, millrace.HeaderAttempt, springAttempts)
 	}
 	// Spring Kafka's headers fill in what millrace's do not carry.

@@ -24,17 +24,20 @@ func TestDecodeAttempt(t *testing.T) {
 		{"first delivery", message.Metadata{}, false, 1, millrace.SourceNone, false},
 		{"millrace header", message.Metadata{millrace.HeaderAttempt: "3"}, true, 3, millrace.SourceHeader, false},
 		{"absurd is capped, then exhausted by the policy", message.Metadata{millrace.HeaderAttempt: "999999999999999999999999"}, true, MaxAttemptNumber, millrace.SourceHeader, false},
-		{"zero", message.Metadata{millrace.HeaderAttempt: "0"}, false, 1, millrace.SourceNone, true},
-		{"negative", message.Metadata{millrace.HeaderAttempt: "-4"}, false, 1, millrace.SourceNone, true},
-		{"garbled", message.Metadata{millrace.HeaderAttempt: "3x"}, false, 1, millrace.SourceNone, true},
-		{"empty", message.Metadata{millrace.HeaderAttempt: ""}, false, 1, millrace.SourceNone, true},
-		{"plus sign", message.Metadata{millrace.HeaderAttempt: "+2"}, false, 1, millrace.SourceNone, true},
+		{"zero", message.Metadata{millrace.HeaderAttempt: "0"}, true, 1, millrace.SourceNone, true},
+		{"negative", message.Metadata{millrace.HeaderAttempt: "-4"}, true, 1, millrace.SourceNone, true},
+		{"garbled", message.Metadata{millrace.HeaderAttempt: "3x"}, true, 1, millrace.SourceNone, true},
+		{"empty", message.Metadata{millrace.HeaderAttempt: ""}, true, 1, millrace.SourceNone, true},
+		{"plus sign", message.Metadata{millrace.HeaderAttempt: "+2"}, true, 1, millrace.SourceNone, true},
 		{"retry topic without header", message.Metadata{}, true, 1, millrace.SourceNone, true},
 		{"spring 4-byte", message.Metadata{springAttempts: be4(4)}, true, 4, millrace.SourceHeader, false},
 		{"spring 1-byte", message.Metadata{springAttempts: "\x02"}, true, 2, millrace.SourceHeader, false},
 		{"spring negative", message.Metadata{springAttempts: be4(-1)}, true, 1, millrace.SourceNone, true},
 		{"spring 3 bytes", message.Metadata{springAttempts: "\x00\x00\x02"}, true, 1, millrace.SourceNone, true},
 		{"millrace wins over spring", message.Metadata{millrace.HeaderAttempt: "2", springAttempts: be4(7)}, true, 2, millrace.SourceHeader, false},
+		{"source topic ignores millrace's header", message.Metadata{millrace.HeaderAttempt: "4"}, false, 1, millrace.SourceNone, false},
+		{"source topic ignores spring's header", message.Metadata{springAttempts: be4(4)}, false, 1, millrace.SourceNone, false},
+		{"source topic ignores an unreadable header", message.Metadata{millrace.HeaderAttempt: "-4"}, false, 1, millrace.SourceNone, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -129,8 +132,8 @@ func TestRetryTopicNames(t *testing.T) {
 }
 
 // FuzzDecodeAttempt feeds arbitrary header values to the decoder: it must never panic, never
-// yield a number outside [1, MaxAttemptNumber], and refuse (ErrUntrustedHeader) rather than
-// reset a count it cannot read.
+// yield a number outside [1, MaxAttemptNumber], read nothing from a source-topic record's
+// headers, and refuse (ErrUntrustedHeader) rather than reset a count it cannot read.
 func FuzzDecodeAttempt(f *testing.F) {
 	for _, seed := range []struct {
 		millrace, spring, notBefore string
@@ -165,6 +168,9 @@ func FuzzDecodeAttempt(f *testing.F) {
 		if a.Number < 1 || a.Number > MaxAttemptNumber {
 			t.Fatalf("attempt %d out of [1, %d]", a.Number, MaxAttemptNumber)
 		}
+		if !retry && (a.Number != 1 || a.Source != millrace.SourceNone || err != nil || a.OriginalTopic != "" || a.LastError != "") {
+			t.Fatalf("source-topic headers were trusted: %+v, %v", a, err)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrUntrustedHeader) {
 				t.Fatalf("error %v does not wrap ErrUntrustedHeader", err)
@@ -174,7 +180,7 @@ func FuzzDecodeAttempt(f *testing.F) {
 		if retry && !hasM && !hasS {
 			t.Fatal("a retry-topic record without attempt headers was trusted")
 		}
-		if hasM {
+		if retry && hasM {
 			n, perr := strconv.Atoi(mv)
 			if perr == nil && n >= 1 && n <= MaxAttemptNumber && a.Number != n {
 				t.Fatalf("header %q read as %d", mv, a.Number)
@@ -183,7 +189,7 @@ func FuzzDecodeAttempt(f *testing.F) {
 				t.Fatalf("non-positive header %q accepted as %d", mv, a.Number)
 			}
 		}
-		if (hasM || hasS) && a.Source != millrace.SourceHeader {
+		if retry && (hasM || hasS) && a.Source != millrace.SourceHeader {
 			t.Fatalf("attempt from headers has source %s", a.Source)
 		}
 	})

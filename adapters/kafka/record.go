@@ -40,6 +40,12 @@ type delivery struct {
 	firstAt time.Time
 	// attempt is the attempt history decoded from the headers (count not yet applied).
 	attempt millrace.Attempt
+	// value, orig and state are the record's value, its original content's headers and
+	// millrace's retry state headers (see splitHeaders); stateMD is state as metadata.
+	value   []byte
+	orig    []*sarama.RecordHeader
+	state   []*sarama.RecordHeader
+	stateMD message.Metadata
 	// pipe and flight are the pipeline and admission the record is delivered from.
 	pipe   *pipeline
 	flight *flight
@@ -95,6 +101,10 @@ func positionID(topic string, partition int32, offset int64) string {
 // recordKey carries the key a retry or dead-letter publish must keep.
 type recordKey struct{}
 
+// recordHeaders carries the exact headers ([]sarama.RecordHeader) of a retry or dead-letter
+// record built from a consumed record; the message's metadata is then not marshalled.
+type recordHeaders struct{}
+
 // marshaler writes a message as a record: watermill-kafka's default layout (payload as value,
 // metadata as headers, UUID in the _watermill_message_uuid header) plus the record key: the
 // original record's for retries and dead letters, otherwise PartitionKey's.
@@ -104,9 +114,14 @@ type marshaler struct {
 
 // Marshal implements watermill-kafka's Marshaler.
 func (m marshaler) Marshal(topic string, msg *message.Message) (*sarama.ProducerMessage, error) {
-	pm, err := marshalDefault(topic, msg)
-	if err != nil {
-		return nil, err
+	var pm *sarama.ProducerMessage
+	if hs, ok := msg.Context().Value(recordHeaders{}).([]sarama.RecordHeader); ok {
+		pm = &sarama.ProducerMessage{Topic: topic, Value: sarama.ByteEncoder(msg.Payload), Headers: hs}
+	} else {
+		var err error
+		if pm, err = marshalDefault(topic, msg); err != nil {
+			return nil, err
+		}
 	}
 	if key, ok := msg.Context().Value(recordKey{}).([]byte); ok {
 		if key != nil {

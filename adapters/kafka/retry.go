@@ -62,43 +62,64 @@ func (a *Adapter) retryRecord(ctx context.Context, msg *message.Message, d *deli
 		next.OriginalTopic = source
 	}
 
-	// Only marshalled, never acked: no need for NewMessage's channels. The metadata is sized
-	// for the retry and origin headers up front: growing the map as they were added made most
-	// of a failing record's garbage after marshalling.
-	cp := &message.Message{UUID: msg.UUID, Payload: msg.Payload, Metadata: make(message.Metadata, len(msg.Metadata)+retryHeaderRoom)}
-	for k, v := range msg.Metadata {
-		cp.Metadata[k] = v
+	if !fromSub {
+		// Only marshalled, never acked: no need for NewMessage's channels.
+		cp := &message.Message{UUID: msg.UUID, Payload: msg.Payload, Metadata: make(message.Metadata, len(msg.Metadata)+retryHeaderRoom)}
+		for k, v := range msg.Metadata {
+			cp.Metadata[k] = v
+		}
+		millrace.SetRetryHeaders(cp.Metadata, next, req.FailedAt.Add(t.delay))
+		cp.SetContext(context.WithValue(ctx, recordKey{}, []byte(nil)))
+		return cp
 	}
-	millrace.SetRetryHeaders(cp.Metadata, next, req.FailedAt.Add(t.delay))
-	var key []byte
-	if fromSub {
-		key = d.Key
-		// The first retry records where the message came from (Spring's origin if it has one,
-		// else this source record); later copies carry it on.
-		if cp.Metadata.Get(HeaderOriginalOffset) == "" {
-			if o, ok := OriginFromMetadata(msg.Metadata); ok {
-				setOrigin(cp.Metadata, o)
-			} else if !d.fromRetryTopic {
-				setOrigin(cp.Metadata, Origin{Topic: next.OriginalTopic, Partition: d.Partition, Offset: d.Offset})
-			}
+	// A consumed record's copy keeps the source record's headers exactly (order, repeated
+	// names, values), then millrace's retry state: see retryHeaders.
+	state := make(message.Metadata, retryHeaderRoom)
+	millrace.SetRetryHeaders(state, next, req.FailedAt.Add(t.delay))
+	// The first retry records where the message came from (Spring's origin if a retry topic
+	// carries one, else this source record); later copies carry it on.
+	if o, ok := OriginFromMetadata(d.stateMD); ok {
+		setOrigin(state, o)
+		if ts := d.stateMD[HeaderOriginalTimestamp]; ts != "" {
+			state[HeaderOriginalTimestamp] = ts
+		}
+	} else if !d.fromRetryTopic {
+		setOrigin(state, Origin{Topic: next.OriginalTopic, Partition: d.Partition, Offset: d.Offset})
+		if !d.Timestamp.IsZero() {
+			state[HeaderOriginalTimestamp] = strconv.FormatInt(d.Timestamp.UnixMilli(), 10)
 		}
 	}
-	cp.SetContext(context.WithValue(ctx, recordKey{}, key))
+	cp := &message.Message{UUID: msg.UUID, Payload: d.value, Metadata: state}
+	ctx = context.WithValue(ctx, recordKey{}, d.Key)
+	cp.SetContext(context.WithValue(ctx, recordHeaders{}, retryHeaders(d, msg.UUID, state)))
 	return cp
 }
 
-// DeadLetter publishes rec's message (payload unchanged, original headers, record keys) to the
-// dead-letter topic of the subscription's source topic, with the original record key, and
-// returns once the brokers acknowledged it.
+// DeadLetter publishes the dead letter of msg to the dead-letter topic of the subscription's
+// source topic, with the original record key, and returns once the brokers acknowledged it.
+// For a record consumed through the adapter's subscriber the dead-letter record is built from
+// the record as it arrived, not from msg's metadata: its value unchanged; the source record's
+// own headers first, exactly (order, repeated names, binary values), each name escaped with
+// deadletter.EscapeKey; then millrace's retry state and the source record's origin
+// (HeaderOriginalPartition, HeaderOriginalOffset, HeaderOriginalTimestamp); then rec's record
+// keys; and last KeyOriginalHeaders, the count of original headers. Any other message is
+// written as rec.Message().
 func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec deadletter.Record) error {
 	source := rec.OriginalTopic
 	var key []byte
-	if d, ok := deliveryFrom(msg.Context()); ok {
+	d, fromSub := deliveryFrom(msg.Context())
+	if fromSub {
 		source, key = d.source, d.Key
 		d.handled()
 	}
 	topic := a.DeadLetterTopic(source)
-	dl := rec.Message()
+	var dl *message.Message
+	if fromSub {
+		dl = &message.Message{UUID: rec.UUID, Payload: d.value}
+		ctx = context.WithValue(ctx, recordHeaders{}, deadLetterHeaders(d, rec))
+	} else {
+		dl = rec.Message()
+	}
 	dl.SetContext(context.WithValue(ctx, recordKey{}, key))
 	if err := a.publishRetry(topic, dl); err != nil {
 		return fmt.Errorf("kafka: publish dead letter to %q: %w", topic, err)
@@ -107,8 +128,8 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 }
 
 // retryHeaderRoom is how many headers ScheduleRetry may add: millrace's retry headers
-// (SetRetryHeaders) and the origin headers (setOrigin).
-const retryHeaderRoom = 9
+// (SetRetryHeaders) and the origin headers (setOrigin, HeaderOriginalTimestamp).
+const retryHeaderRoom = 10
 
 // setOrigin writes o as millrace's origin headers.
 func setOrigin(md message.Metadata, o Origin) {

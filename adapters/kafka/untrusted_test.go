@@ -14,8 +14,9 @@ import (
 	"github.com/millrace/millrace/deadletter"
 )
 
-// Records with attempt headers that cannot be trusted never reach the handler and never get
-// more attempts than the policy allows: they are dead-lettered, payload byte for byte.
+// Retry-topic records with attempt headers that cannot be trusted never reach the handler and
+// never get more attempts than the policy allows: they are dead-lettered, payload byte for
+// byte. (On the source topic such headers are content: see TestForeignRecordOnSourceTopic.)
 func TestUntrustedAttemptHeaders(t *testing.T) {
 	t.Parallel()
 	topic := uniqueName("untrusted")
@@ -30,9 +31,10 @@ func TestUntrustedAttemptHeaders(t *testing.T) {
 		header map[string]string
 		reason deadletter.Reason
 	}{
-		{"garbled count", topic, map[string]string{millrace.HeaderAttempt: "two"}, deadletter.Malformed},
-		{"negative count", topic, map[string]string{millrace.HeaderAttempt: "-3"}, deadletter.Malformed},
-		{"absurd count", topic, map[string]string{millrace.HeaderAttempt: "4000000000"}, deadletter.Exhausted},
+		{"garbled count", topic + kafka.RetrySuffix, map[string]string{millrace.HeaderAttempt: "two"}, deadletter.Malformed},
+		{"negative count", topic + kafka.RetrySuffix, map[string]string{millrace.HeaderAttempt: "-3"}, deadletter.Malformed},
+		{"absurd count", topic + kafka.RetrySuffix, map[string]string{millrace.HeaderAttempt: "4000000000"}, deadletter.Exhausted},
+		{"header count beyond the headers", topic + kafka.RetrySuffix, map[string]string{millrace.HeaderAttempt: "2", kafka.HeaderOriginalHeaders: "99"}, deadletter.Malformed},
 		{"retry record without count", topic + kafka.RetrySuffix, nil, deadletter.Malformed},
 		{"spring count of 5 bytes", topic + kafka.RetrySuffix, map[string]string{"retry_topic-attempts": "\x00\x00\x00\x00\x02"}, deadletter.Malformed},
 	}
@@ -63,9 +65,10 @@ func TestUntrustedAttemptHeaders(t *testing.T) {
 	}
 }
 
-// A record retried by a Spring Kafka service keeps its count: retry_topic-attempts = 4
-// (4-byte big-endian) with 5 attempts allowed leaves exactly 2 handler calls, then the dead
-// letter, whose origin comes from Spring's kafka_original-* headers.
+// A record moved onto a retry topic with Spring Kafka's retry headers keeps its count:
+// retry_topic-attempts = 4 (4-byte big-endian) with 5 attempts allowed leaves exactly 2 handler
+// calls, then the dead letter, whose origin comes from Spring's kafka_original-* headers. (On
+// the source topic the same headers are content and the record starts at attempt 1.)
 func TestSpringRetryHeadersKeepTheCount(t *testing.T) {
 	t.Parallel()
 	topic := uniqueName("spring")
@@ -80,7 +83,7 @@ func TestSpringRetryHeadersKeepTheCount(t *testing.T) {
 	msg.Metadata.Set("kafka_original-topic", "orders")
 	msg.Metadata.Set("kafka_original-partition", "\x00\x00\x00\x01")
 	msg.Metadata.Set("kafka_original-offset", "\x00\x00\x00\x00\x00\x00\x00\x2a")
-	if err := a.Publisher().Publish(topic, msg); err != nil {
+	if err := a.Publisher().Publish(topic+kafka.RetrySuffix, msg); err != nil {
 		t.Fatal(err)
 	}
 	recs := dl.waitN(t, 1, scenarioQuiet)
