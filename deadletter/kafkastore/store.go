@@ -41,6 +41,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/adapters/kafka"
 	"github.com/millrace/millrace/deadletter"
 	"github.com/millrace/millrace/deadletter/internal/snapshot"
 )
@@ -484,6 +485,12 @@ func (s *Store) readPartition(ctx context.Context, topic string, p int32, start,
 // decode turns a dead-letter record into an Entry. A record that carries no valid record
 // (written by something else) is still returned, with an empty Reason and the decode error as
 // LastError, so an operator can see and purge it.
+//
+// Record.Metadata holds the headers as a map (of repeated names the last wins). When the
+// original record's headers repeat a name, which a map cannot hold, Record.Native holds them
+// all, in order, names unescaped (Type kafka.NativeHeader): the original headers counted by
+// kafka.KeyOriginalHeaders for a dead letter adapters/kafka wrote, every header for a record
+// written by something else.
 func decode(m *sarama.ConsumerMessage) deadletter.Entry {
 	md := make(message.Metadata, len(m.Headers))
 	for _, h := range m.Headers {
@@ -491,6 +498,7 @@ func decode(m *sarama.ConsumerMessage) deadletter.Entry {
 			md[string(h.Key)] = string(h.Value)
 		}
 	}
+	native, counted := kafka.OriginalHeaders(m.Headers)
 	uuid := md[wmkafka.UUIDHeaderKey]
 	delete(md, wmkafka.UUIDHeaderKey)
 	msg := message.NewMessage(uuid, m.Value)
@@ -499,7 +507,34 @@ func decode(m *sarama.ConsumerMessage) deadletter.Entry {
 	rec, err := deadletter.FromMessage(msg)
 	if err != nil {
 		rec = deadletter.Record{UUID: uuid, Payload: m.Value, Metadata: md, LastError: "not a millrace dead letter: " + err.Error()}
+		native, counted = rawHeaders(m.Headers), true
+	}
+	if counted && repeatsName(native) {
+		rec.Native = native
 	}
 	e.Record = rec
 	return e
+}
+
+// rawHeaders returns every header of a record as it is.
+func rawHeaders(hs []*sarama.RecordHeader) []deadletter.Field {
+	out := make([]deadletter.Field, 0, len(hs))
+	for _, h := range hs {
+		if h != nil {
+			out = append(out, deadletter.Field{Name: string(h.Key), Type: kafka.NativeHeader, Value: h.Value})
+		}
+	}
+	return out
+}
+
+// repeatsName reports whether two fields share a name.
+func repeatsName(fs []deadletter.Field) bool {
+	seen := make(map[string]struct{}, len(fs))
+	for _, f := range fs {
+		if _, ok := seen[f.Name]; ok {
+			return true
+		}
+		seen[f.Name] = struct{}{}
+	}
+	return false
 }
