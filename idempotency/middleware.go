@@ -20,7 +20,12 @@ import (
 //	Acquired -> the handler runs with a Budget deadline on msg.Context() and the Lease in it;
 //	            nil or a Discard outcome -> Complete (a redelivery is then Done);
 //	            a Retry outcome or a panic -> Release (the next attempt can claim at once);
-//	            Complete finding the lease lost -> millrace.Retry(error wrapping ErrLeaseLost).
+//	            Complete finding the lease lost -> millrace.Retry(error wrapping ErrLeaseLost);
+//	            Complete failing on the store -> tried again within the Budget (counted from the
+//	            claim); if it still fails the message is finished (its work is done) and an
+//	            Error line says so: millrace never runs a handler again because its done marker
+//	            could not be written. Left open: once the lease expires, a redelivery the broker
+//	            makes on its own (a crash before the ack, a duplicate publish) runs it again.
 //	store failure -> millrace.Retry(error wrapping ErrStoreUnavailable), handler not called;
 //	            with Config.FailOpen the handler runs without a lease instead, logged.
 //	no key    -> millrace.Malformed(error wrapping ErrNoKey).
@@ -98,26 +103,25 @@ func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*mes
 		m.release(parent, lease)
 		return msgs, herr
 	}
-	if err := m.complete(parent, lease); err != nil {
-		if millrace.AttemptFrom(msg).IsLast() {
-			// Retrying now would dead-letter a message whose work is done; a replay of that
-			// dead letter would do it twice. Keep the handler's result and say so.
-			m.stats.storeErrors.Add(1)
-			m.cfg.Logger.WarnContext(parent, "idempotency: could not mark the message done on its last attempt; keeping the handler's result",
-				"key", key, "error", err)
-			return msgs, herr
-		}
+	if err := m.markDone(parent, lease); err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			m.stats.leaseLost.Add(1)
+			if millrace.AttemptFrom(msg).IsLast() {
+				// Retrying now would dead-letter a message whose work is done; a replay of that
+				// dead letter would do it twice. Keep the handler's result and say so.
+				m.cfg.Logger.WarnContext(parent, "idempotency: lease lost before the message was marked done on its last attempt; keeping the handler's result",
+					"key", key)
+				return msgs, herr
+			}
 			return nil, millrace.Retry(fmt.Errorf("idempotency: complete %q: %w (the lease expired and may have been taken over)", key, ErrLeaseLost))
 		}
-		m.stats.storeErrors.Add(1)
-		if m.cfg.FailOpen {
-			m.cfg.Logger.WarnContext(parent, "idempotency: could not mark the message done (fail-open); a redelivery will run it again",
-				"key", key, "error", err)
-			return msgs, herr
-		}
-		return nil, millrace.Retry(fmt.Errorf("%w: complete %q: %w", ErrStoreUnavailable, key, err))
+		// The handler's work is done. Returning Retry would make millrace itself run it again
+		// once the lease expires; finish the message and say what is left open.
+		m.stats.unmarked.Add(1)
+		m.cfg.Logger.ErrorContext(parent, "idempotency: the handler succeeded but the store could not mark the message done; "+
+			"finishing it. Until the lease expires a redelivery is Busy; after that, a redelivery (a crash before the acknowledgement, a duplicate publish) runs the handler again",
+			"key", key, "lease_ttl", m.cfg.LeaseTTL, "error", err)
+		return msgs, herr
 	}
 	m.stats.completed.Add(1)
 	return msgs, herr
@@ -165,6 +169,35 @@ func (m *Middleware) complete(parent context.Context, l *Lease) error {
 	defer cancel()
 	return m.cfg.Store.Complete(ctx, l.Key, l.Owner, m.cfg.DoneTTL)
 }
+
+// markDone completes the lease after the handler succeeded. A store failure is retried, with
+// a doubling pause from markDoneFirstPause up to markDoneMaxPause, until the message's
+// processing budget (counted from the claim) is spent, and at least once: a blip of the store
+// must not cost a done marker. A lost lease is final (another consumer may own the key now).
+func (m *Middleware) markDone(parent context.Context, l *Lease) error {
+	deadline := l.AcquiredAt.Add(m.cfg.Budget)
+	pause := markDoneFirstPause
+	for try := 1; ; try++ {
+		err := m.complete(parent, l)
+		if err == nil || errors.Is(err, ErrLeaseLost) {
+			return err
+		}
+		m.stats.storeErrors.Add(1)
+		if try > 1 && time.Now().Add(pause).After(deadline) {
+			return err
+		}
+		m.cfg.Logger.WarnContext(parent, "idempotency: marking the message done failed; trying again",
+			"key", l.Key, "try", try, "pause", pause, "error", err)
+		time.Sleep(pause)
+		pause = min(2*pause, markDoneMaxPause)
+	}
+}
+
+// Pauses between tries of markDone.
+const (
+	markDoneFirstPause = 50 * time.Millisecond
+	markDoneMaxPause   = time.Second
+)
 
 // release frees the lease after a Retry outcome. A failure is only logged: the lease expires
 // by itself within the retry window.

@@ -22,11 +22,14 @@ type Stats struct {
 	FailOpen uint64
 	// NoKey counts messages without an idempotency key, returned as Malformed.
 	NoKey uint64
+	// Unmarked counts messages whose handler succeeded but whose done marker could not be
+	// written within the budget: finished anyway, without the marker.
+	Unmarked uint64
 }
 
 // counters is the live, atomic form of Stats.
 type counters struct {
-	acquired, duplicates, busy, completed, released, leaseLost, storeErrors, failOpen, noKey atomic.Uint64
+	acquired, duplicates, busy, completed, released, leaseLost, storeErrors, failOpen, noKey, unmarked atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -40,5 +43,6 @@ func (c *counters) snapshot() Stats {
 		StoreErrors: c.storeErrors.Load(),
 		FailOpen:    c.failOpen.Load(),
 		NoKey:       c.noKey.Load(),
+		Unmarked:    c.unmarked.Load(),
 	}
 }
