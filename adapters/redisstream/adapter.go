@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -37,6 +39,9 @@ type Adapter struct {
 	subs       map[*subscription]struct{}
 	bg         sync.WaitGroup // acker, subscription loops and their clean-ups
 	nextSub    atomic.Uint64
+	// maxBlock is the longest XREADGROUP BLOCK: below the client's read timeout, which go-redis
+	// does not extend for a command sent with Do (see maxBlockFor).
+	maxBlock time.Duration
 
 	stats counters
 }
@@ -74,6 +79,7 @@ func New(cfg Config) (*Adapter, error) {
 		a.client = redis.NewClient(opts)
 		a.ownClient = true
 	}
+	a.maxBlock = maxBlockFor(a.client)
 	a.acks = newAcker(a.client, cfg.Logger)
 	a.acks.stats = &a.stats
 	a.bg.Add(1)
@@ -103,8 +109,22 @@ func (a *Adapter) Publisher() message.Publisher { return &publisher{a: a} }
 
 // Subscriber returns a new subscriber. Each Subscribe call on it joins Config.Group as a new
 // consumer. Closing it (the Watermill router does on shutdown) ends only its own subscriptions.
+// It reads work streams: an entry is a message only when it is exactly a Watermill message, and
+// no field of an entry is ever read as millrace state (a top-level millrace-dlq-* field makes the
+// entry malformed like any other foreign field).
 func (a *Adapter) Subscriber() message.Subscriber {
 	return &subscriber{a: a, closing: make(chan struct{})}
+}
+
+// DeadLetterSubscriber returns a subscriber for dead-letter streams, as a tool draining them
+// uses: each message is the original message of a dead letter with its metadata keys escaped
+// (deadletter.EscapeKey) and the record fields added, so deadletter.FromMessage reads the record
+// back. A dead letter whose original entry was not a Watermill message arrives with
+// millrace.WithDecodeError and the original payload field, if any; deadletter/redisstore reads
+// such entries whole (Record.Native). Do not use it on a work stream: there the record fields
+// would be whatever a producer wrote.
+func (a *Adapter) DeadLetterSubscriber() message.Subscriber {
+	return &subscriber{a: a, deadLetters: true, closing: make(chan struct{})}
 }
 
 // Provision records policy as the reclaim schedule of stream and creates the consumer group
@@ -234,6 +254,25 @@ func (a *Adapter) isClosed() bool {
 	default:
 		return false
 	}
+}
+
+// maxBlockFor returns the longest XREADGROUP BLOCK the client allows: half its read timeout
+// (go-redis applies the read timeout to a blocking command sent with Do), or no limit when it
+// has none. A client of unknown type is assumed to have go-redis's default of 3 s.
+func maxBlockFor(c redis.UniversalClient) time.Duration {
+	rt := 3 * time.Second
+	switch c := c.(type) {
+	case *redis.Client:
+		rt = c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		rt = c.Options().ReadTimeout
+	case *redis.Ring:
+		rt = c.Options().ReadTimeout
+	}
+	if rt <= 0 {
+		return time.Duration(math.MaxInt64)
+	}
+	return max(rt/2, time.Millisecond)
 }
 
 var errNoDelivery = errors.New("redisstream: message was not delivered by this adapter's subscriber")

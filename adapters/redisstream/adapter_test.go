@@ -138,7 +138,7 @@ func TestDeadLetterCopiesFieldsByteForByte(t *testing.T) {
 	// Read back through the adapter, as a tool draining the dead-letter stream would.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sub := a.Subscriber()
+	sub := a.DeadLetterSubscriber()
 	defer sub.Close()
 	ch, err := sub.Subscribe(ctx, dlq)
 	if err != nil {

@@ -290,7 +290,7 @@ func BenchmarkReclaimTick(b *testing.B) {
 				c.ZAdd(context.Background(), a.retryKey(stream), zs[i:min(i+10_000, len(zs))]...)
 			}
 			b.Cleanup(func() { c.Del(context.Background(), a.retryKey(stream)) })
-			s := newSubscription(context.Background(), a, stream)
+			s := newSubscription(context.Background(), a, stream, false)
 			b.ResetTimer()
 			for range b.N {
 				if n := s.claimDue(1000); n != 0 {
@@ -310,7 +310,7 @@ func BenchmarkRecoverPass(b *testing.B) {
 			a := benchAdapter(b, Config{ProcessingBudget: time.Hour})
 			c := testClient(b)
 			stream, _ := pendingStream(b, a, c, pending)
-			s := newSubscription(context.Background(), a, stream)
+			s := newSubscription(context.Background(), a, stream, false)
 			b.ResetTimer()
 			for range b.N {
 				s.cursor = "-"

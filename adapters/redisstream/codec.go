@@ -4,31 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	wmredis "github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/millrace/millrace/adapters/redisstream/wire"
 	"github.com/millrace/millrace/deadletter"
 )
 
 // Entry fields, as watermill-redisstream's DefaultMarshallerUnmarshaller (v1.4.5) writes them:
 // the UUID as text, the payload as raw bytes, the metadata as a msgpack map (empty when the
-// message has none). Producers using watermill-redisstream and this adapter interoperate.
+// message has none). Producers using watermill-redisstream and this adapter interoperate. The
+// format itself is package wire's.
 const (
-	FieldUUID     = wmredis.UUIDHeaderKey // "_watermill_message_uuid"
-	FieldPayload  = "payload"
-	FieldMetadata = "metadata"
+	FieldUUID     = wire.FieldUUID     // "_watermill_message_uuid"
+	FieldPayload  = wire.FieldPayload  // "payload"
+	FieldMetadata = wire.FieldMetadata // "metadata"
 )
 
-// marshaller is watermill-redisstream's own, so the wire format is theirs by construction.
-var marshaller = wmredis.DefaultMarshallerUnmarshaller{}
-
-// ErrMalformedEntry is wrapped by the decode error of a stream entry that is not a Watermill
-// message: no payload or UUID field, or metadata that is not a msgpack map.
+// ErrMalformedEntry is wrapped by the decode error of a stream entry that is not exactly a
+// Watermill message: no payload or UUID field, a field of another name or a repeated one, or
+// metadata that is not a msgpack map of text to text (see wire.Decode).
 var ErrMalformedEntry = errors.New("redisstream: malformed stream entry")
 
 // delivery is the native state of one delivery, kept in the message context for DecodeAttempt,
@@ -38,8 +36,8 @@ type delivery struct {
 	group    string
 	consumer string
 	id       string
-	count    int64          // PEL delivery count, this delivery included
-	fields   map[string]any // the entry's fields exactly as stored
+	count    int64    // PEL delivery count, this delivery included
+	fields   []string // the entry's fields exactly as stored: names and values, in order
 }
 
 type deliveryKey struct{}
@@ -67,102 +65,46 @@ func addedAt(id string) time.Time {
 	return t
 }
 
-// decode turns a stream entry into a message. It always returns a message: when the entry is
-// not a Watermill message it returns the raw payload field (if any), the entry ID as UUID, and
-// an error wrapping ErrMalformedEntry, so the stack dead-letters it intact. Top-level fields
-// with the dead-letter prefix (written by DeadLetter) are merged into the metadata, so that
-// deadletter.FromMessage decodes entries read from a dead-letter stream.
-func decode(id string, values map[string]any) (*message.Message, error) {
-	uuid, hasUUID := values[FieldUUID].(string)
-	payload, hasPayload := values[FieldPayload].(string)
-	rawMD, _ := values[FieldMetadata].(string)
-	var msg *message.Message
-	var err error
-	if md, ok := decodeMetadata(rawMD); hasUUID && hasPayload && (rawMD == "" || ok) {
-		msg = message.NewMessage(uuid, []byte(payload))
-		if md != nil {
-			msg.Metadata = md
-		}
-	} else { // the library's decoder decides, and words the error
-		msg, err = marshaller.Unmarshal(stringValues(values))
-		if err == nil && !hasPayload {
-			err = fmt.Errorf("no %q field", FieldPayload)
-		}
-	}
+// decode turns an entry of a work stream into a message. It always returns a message: when the
+// entry is not exactly a Watermill message (wire.Decode) it returns the first payload field (if
+// any), the UUID field or else the entry ID as UUID, and an error wrapping ErrMalformedEntry, so
+// the stack dead-letters it intact. No field of the entry becomes anything but message content:
+// a top-level millrace-dlq-* field makes the entry malformed like any other foreign field.
+func decode(id string, fields []string) (*message.Message, error) {
+	uuid, payload, md, err := wire.Decode(fields)
 	if err != nil {
 		if uuid == "" {
 			uuid = id
 		}
-		msg = message.NewMessage(uuid, []byte(payload))
-		err = fmt.Errorf("%w %s: %w", ErrMalformedEntry, id, err)
+		return message.NewMessage(uuid, []byte(payload)), fmt.Errorf("%w %s: %w", ErrMalformedEntry, id, err)
 	}
-	if msg.Metadata == nil { // a msgpack nil decodes to a nil map
-		msg.Metadata = message.Metadata{}
+	msg := message.NewMessage(uuid, []byte(payload))
+	if md != nil {
+		msg.Metadata = md
 	}
-	for k, v := range values {
-		if s, ok := v.(string); ok && strings.HasPrefix(k, deadletter.KeyPrefix) {
-			msg.Metadata.Set(k, s)
-		}
-	}
-	return msg, err
+	return msg, nil
 }
 
-// stringValues keeps only text values: the Unmarshaller asserts them to string.
-func stringValues(values map[string]any) map[string]any {
-	for _, v := range values {
-		if _, ok := v.(string); !ok {
-			out := make(map[string]any, len(values))
-			for k, v := range values {
-				if s, ok := v.(string); ok {
-					out[k] = s
-				}
-			}
-			return out
-		}
-	}
-	return values
-}
-
-// deadLetterFields returns the XADD field/value list of a dead letter: the original fields
-// byte for byte (UUID, payload, metadata first, then the others sorted by name), then the
-// record's failure context sorted by name. An original field with the dead-letter prefix (an
-// entry dead-lettered a second time) gives way to the new record's field of the same name.
-func deadLetterFields(original map[string]any, rec deadletter.Record) []any {
-	ctx := rec.Fields()
-	out := make([]any, 0, 2*(len(original)+len(ctx)))
-	for _, k := range []string{FieldUUID, FieldPayload, FieldMetadata} {
-		if v, ok := original[k]; ok {
-			out = append(out, k, v)
-		}
-	}
-	rest := make([]string, 0, len(original))
-	for k := range original {
-		if k != FieldUUID && k != FieldPayload && k != FieldMetadata && !strings.HasPrefix(k, deadletter.KeyPrefix) {
-			rest = append(rest, k)
-		}
-	}
-	slices.Sort(rest)
-	for _, k := range rest {
-		out = append(out, k, original[k])
-	}
-	keys := make([]string, 0, len(ctx))
-	for k := range ctx {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		out = append(out, k, ctx[k])
-	}
-	return out
-}
-
-// marshalFields encodes msg the way watermill-redisstream's publisher does.
-func marshalFields(stream string, msg *message.Message) (map[string]any, error) {
-	f, err := marshaller.Marshal(stream, msg)
+// decodeDeadLetter turns an entry of a dead-letter stream (see DeadLetter) into a message that
+// deadletter.FromMessage reads: the original message, its metadata keys escaped with
+// deadletter.EscapeKey, and the record fields added to the metadata. Only the subscriptions of
+// DeadLetterSubscriber read entries this way. An entry whose original fields are not a Watermill
+// message comes back as decode returns it (with the record fields), with its error.
+func decodeDeadLetter(id string, fields []string) (*message.Message, error) {
+	original, record, err := wire.SplitDeadLetter(fields)
 	if err != nil {
-		return nil, fmt.Errorf("redisstream: marshal message %s: %w", msg.UUID, err)
+		return message.NewMessage(id, nil), fmt.Errorf("%w %s: %w", ErrMalformedEntry, id, err)
 	}
-	return f, nil
+	msg, err := decode(id, original)
+	md := make(message.Metadata, len(msg.Metadata)+len(record))
+	for k, v := range msg.Metadata {
+		md[deadletter.EscapeKey(k)] = v
+	}
+	for k, v := range record {
+		md[k] = v
+	}
+	msg.Metadata = md
+	return msg, err
 }
 
 // withDelivery returns ctx carrying d.

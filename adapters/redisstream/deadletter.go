@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/millrace/millrace/adapters/redisstream/wire"
 	"github.com/millrace/millrace/deadletter"
 )
 
@@ -18,8 +19,13 @@ import (
 var ErrNotOwner = errors.New("redisstream: entry is no longer pending for this delivery")
 
 // DeadLetter appends the dead letter to the dead-letter stream of rec.OriginalTopic: the
-// original entry's fields byte for byte (for a malformed entry too) plus rec.Fields() as
-// top-level fields. For a message delivered by this adapter the XADD and the XACK of the
+// original entry's fields byte for byte, in the order Redis keeps them, repeated names included
+// (for a malformed or foreign entry too), then rec.Fields() as top-level fields, sorted by name
+// (wire.DeadLetterFields). An original field whose name starts with deadletter.KeyPrefix is
+// written under deadletter.EscapeKey of its name, so it never overwrites or forges a record
+// field. A message that this adapter's subscriber did not deliver is written from the record:
+// its Native fields exactly when it has some (a typed field is refused), else its payload and
+// metadata in watermill-redisstream's layout. For a message delivered by this adapter the XADD and the XACK of the
 // original run in one Lua script, the XACK only after the XADD succeeded, and only if this
 // delivery still owns the entry (same consumer, same delivery count; otherwise nothing is
 // written and the error wraps ErrNotOwner). On error the original stays pending and is
@@ -41,33 +47,43 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 	}
 	dlq := a.DeadLetterTopic(stream)
 	if ok {
-		if err := a.deadLetterOwned(ctx, d, dlq, deadLetterFields(d.fields, rec)); err != nil {
+		if err := a.deadLetterOwned(ctx, d, dlq, wire.DeadLetterFields(d.fields, rec)); err != nil {
 			return fmt.Errorf("redisstream: dead-letter %s %s to %s: %w", d.stream, d.id, dlq, err)
 		}
 		a.stats.deadLettered.Add(1)
 		return nil
 	}
-	// Not one of ours: no entry to copy or acknowledge; encode the record's message.
-	orig := message.NewMessage(rec.UUID, rec.Payload)
-	for k, v := range rec.Metadata {
-		orig.Metadata[k] = v
-	}
-	fields, err := marshalFields(dlq, orig)
+	// Not one of ours: no entry to copy or acknowledge; write the record's content.
+	original, err := recordFields(rec)
 	if err != nil {
-		return err
+		return fmt.Errorf("redisstream: dead-letter to %s: %w", dlq, err)
 	}
-	if err := a.client.XAdd(ctx, &redis.XAddArgs{Stream: dlq, Values: deadLetterFields(fields, rec)}).Err(); err != nil {
+	if err := a.client.XAdd(ctx, &redis.XAddArgs{Stream: dlq, Values: wire.DeadLetterFields(original, rec)}).Err(); err != nil {
 		return fmt.Errorf("redisstream: dead-letter to %s: %w", dlq, err)
 	}
 	a.stats.deadLettered.Add(1)
 	return nil
 }
 
+// recordFields returns the original fields of a record that did not come from this adapter's
+// subscriber: its Native content when it has some (a Redis entry's fields, exactly), else its
+// message in watermill-redisstream's layout.
+func recordFields(rec deadletter.Record) ([]string, error) {
+	if rec.Native != nil {
+		return wire.FromNative(rec.Native)
+	}
+	orig := message.NewMessage(rec.UUID, rec.Payload)
+	for k, v := range rec.Metadata {
+		orig.Metadata[k] = v
+	}
+	return wire.Marshal(orig)
+}
+
 // deadLetterOwned writes fields to dlq and acknowledges the delivery's entry, if it still owns it.
-func (a *Adapter) deadLetterOwned(ctx context.Context, d *delivery, dlq string, fields []any) error {
+func (a *Adapter) deadLetterOwned(ctx context.Context, d *delivery, dlq string, fields []string) error {
 	owner := []any{d.group, d.id, d.consumer, d.count}
 	if len(fields) <= maxScriptValues {
-		res, err := a.scripts.deadLetter.Run(ctx, a.client, []string{d.stream, dlq, a.retryKey(d.stream)}, append(owner, fields...)...).Result()
+		res, err := a.scripts.deadLetter.Run(ctx, a.client, []string{d.stream, dlq, a.retryKey(d.stream)}, append(owner, wire.Args(fields)...)...).Result()
 		if err != nil {
 			return err
 		}

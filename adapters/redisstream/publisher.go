@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/adapters/redisstream/wire"
 )
 
 // publishChunk bounds one pipeline, so a large Publish call does not buffer everything at once.
@@ -36,9 +37,9 @@ func (p *publisher) Publish(stream string, msgs ...*message.Message) error {
 func (p *publisher) publish(ctx context.Context, stream string, msgs []*message.Message) error {
 	pipe := p.a.client.Pipeline()
 	for _, m := range msgs {
-		fields, err := marshalFields(stream, m)
+		fields, err := wire.Marshal(m)
 		if err != nil {
-			return err
+			return fmt.Errorf("redisstream: publish to %s: %w", stream, err)
 		}
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: fields, MaxLen: p.a.cfg.MaxLen, Approx: p.a.cfg.MaxLen > 0})
 	}

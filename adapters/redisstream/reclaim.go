@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/millrace/millrace/adapters/redisstream/wire"
 )
 
 // The reclaimer is the only way a pending entry is delivered again. It has two sources.
@@ -59,17 +61,38 @@ func (s *subscription) claimDue(free int) int {
 	// those in flight).
 	lo, hi := idRange(ids)
 	pipe := s.a.client.Pipeline()
-	claim := pipe.XClaim(s.ctx, &redis.XClaimArgs{Stream: s.stream, Group: cfg.Group, Consumer: s.consumer, Messages: ids})
+	claim := s.xclaim(pipe, 0, ids)
 	pend := pipe.XPendingExt(s.ctx, &redis.XPendingExtArgs{Stream: s.stream, Group: cfg.Group,
 		Start: lo, End: hi, Count: int64(len(ids) + cfg.Window), Consumer: s.consumer})
 	_, _ = pipe.Exec(s.ctx)
-	entries, err := claim.Result()
+	entries, err := claimed(claim)
 	if err != nil { // the entries stay pending: the recovery pass finds them
 		s.failed("XCLAIM", err)
 		return 0
 	}
 	kept, cs := s.withCounts(ids, entries, pend)
 	return s.handOut(kept, cs)
+}
+
+// xclaim queues on pipe an XCLAIM of ids for this consumer with minIdle as MIN-IDLE (which
+// increments their delivery counts and returns their fields). It is sent with Do, not go-redis's
+// XClaim, whose reply keeps each entry's fields in a map (see read); claimed parses the reply.
+func (s *subscription) xclaim(pipe redis.Pipeliner, minIdle time.Duration, ids []string) *redis.Cmd {
+	args := make([]any, 0, 5+len(ids))
+	args = append(args, "XCLAIM", s.stream, s.a.cfg.Group, s.consumer, minIdle.Milliseconds())
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return pipe.Do(s.ctx, args...)
+}
+
+// claimed returns the entries of an XCLAIM reply, fields in stream order.
+func claimed(c *redis.Cmd) ([]wire.Entry, error) {
+	v, err := c.Result()
+	if err != nil {
+		return nil, err
+	}
+	return wire.ParseEntries(v)
 }
 
 // countOf reads the delivery count of one pending entry; ok is false when it cannot be read
@@ -200,18 +223,16 @@ func (s *subscription) recoverStale(free int) int {
 	}
 	lo, hi := idRange(all)
 	pipe := s.a.client.Pipeline()
-	claims := make([]*redis.XMessageSliceCmd, 0, len(due))
+	claims := make([]*redis.Cmd, 0, len(due))
 	for t, group := range due {
-		claims = append(claims, pipe.XClaim(s.ctx, &redis.XClaimArgs{
-			Stream: s.stream, Group: cfg.Group, Consumer: s.consumer, MinIdle: t, Messages: group,
-		}))
+		claims = append(claims, s.xclaim(pipe, t, group))
 	}
 	counts := pipe.XPendingExt(s.ctx, &redis.XPendingExtArgs{Stream: s.stream, Group: cfg.Group,
 		Start: lo, End: hi, Count: int64(len(all) + cfg.Window), Consumer: s.consumer})
 	_, _ = pipe.Exec(s.ctx)
-	var entries []redis.XMessage
+	var entries []wire.Entry
 	for _, c := range claims {
-		msgs, err := c.Result()
+		msgs, err := claimed(c)
 		if err != nil {
 			s.failed("XCLAIM", err)
 			continue
@@ -226,7 +247,7 @@ func (s *subscription) recoverStale(free int) int {
 // withCounts pairs the claimed entries with their delivery counts (read in the claim's round
 // trip, or one by one if missing), puts back the entries whose count cannot be read (putBack)
 // and acknowledges the asked IDs that turned out deleted.
-func (s *subscription) withCounts(asked []string, entries []redis.XMessage, pend *redis.XPendingExtCmd) ([]redis.XMessage, []int64) {
+func (s *subscription) withCounts(asked []string, entries []wire.Entry, pend *redis.XPendingExtCmd) ([]wire.Entry, []int64) {
 	counts := make(map[string]int64, len(entries))
 	if p, err := pend.Result(); err == nil {
 		for _, e := range p {
@@ -238,7 +259,7 @@ func (s *subscription) withCounts(asked []string, entries []redis.XMessage, pend
 	kept := entries[:0]
 	cs := make([]int64, 0, len(entries))
 	for _, e := range entries {
-		if len(e.Values) == 0 { // Redis < 7 returns deleted entries as nil
+		if len(e.Fields) == 0 { // Redis < 7 returns deleted entries as nil
 			continue
 		}
 		got[e.ID] = struct{}{}
@@ -271,7 +292,7 @@ func (s *subscription) withCounts(asked []string, entries []redis.XMessage, pend
 }
 
 // handOut delivers claimed entries; those the stopping loop could not hand out are given back.
-func (s *subscription) handOut(entries []redis.XMessage, counts []int64) int {
+func (s *subscription) handOut(entries []wire.Entry, counts []int64) int {
 	s.a.stats.reclaimed.Add(uint64(len(entries)))
 	for i, m := range entries {
 		if !s.deliver(m, counts[i]) {

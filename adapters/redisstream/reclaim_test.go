@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/millrace/millrace/adapters/redisstream/wire"
 )
 
 // TestUnreadableCountIsNotDelivered: when the delivery count of a claimed entry cannot be read
@@ -25,11 +27,11 @@ func TestUnreadableCountIsNotDelivered(t *testing.T) {
 		t.Fatalf("XADD: %v", err)
 	}
 	t.Cleanup(func() { c.Del(context.Background(), stream, a.retryKey(stream)) })
-	s := newSubscription(ctx, a, stream)
+	s := newSubscription(ctx, a, stream, false)
 	defer s.cancel()
 	pend := redis.NewXPendingExtCmd(ctx)
 	pend.SetErr(errors.New("the pipelined XPENDING failed"))
-	kept, counts := s.withCounts([]string{id}, []redis.XMessage{{ID: id, Values: map[string]any{"k": "v"}}}, pend)
+	kept, counts := s.withCounts([]string{id}, []wire.Entry{{ID: id, Fields: []string{"k", "v"}}}, pend)
 	if len(kept) != 0 {
 		t.Fatalf("entry handed out with count %v although its count could not be read", counts)
 	}

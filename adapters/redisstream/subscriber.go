@@ -11,10 +11,11 @@ import (
 
 // subscriber is a handle on the adapter whose Close ends only the subscriptions made through it.
 type subscriber struct {
-	a      *Adapter
-	mu     sync.Mutex
-	closed bool
-	subs   []*subscription
+	a           *Adapter
+	deadLetters bool // subscriptions read dead-letter streams (DeadLetterSubscriber)
+	mu          sync.Mutex
+	closed      bool
+	subs        []*subscription
 
 	closing chan struct{}
 }
@@ -31,7 +32,7 @@ func (s *subscriber) Subscribe(ctx context.Context, stream string) (<-chan *mess
 	if err := s.a.ensureGroup(ctx, stream); err != nil {
 		return nil, err
 	}
-	sub := newSubscription(ctx, s.a, stream)
+	sub := newSubscription(ctx, s.a, stream, s.deadLetters)
 	if err := s.a.register(sub); err != nil {
 		return nil, err
 	}

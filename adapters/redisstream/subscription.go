@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/adapters/redisstream/wire"
 )
 
 // errorPause is how long a subscription waits after a failed Redis call before trying again.
@@ -28,6 +29,9 @@ type subscription struct {
 	consumer string
 	key      ackKey
 	out      chan *message.Message
+	// deadLetters: the stream is a dead-letter stream (DeadLetterSubscriber): its record fields
+	// are read into the metadata (decodeDeadLetter). Never set for a work stream.
+	deadLetters bool
 
 	ctx    context.Context // cancelled by stop: ends the loop
 	cancel context.CancelFunc
@@ -57,16 +61,17 @@ type sent struct {
 	count int64
 }
 
-func newSubscription(parent context.Context, a *Adapter, stream string) *subscription {
+func newSubscription(parent context.Context, a *Adapter, stream string, deadLetters bool) *subscription {
 	s := &subscription{
-		a:        a,
-		stream:   stream,
-		consumer: a.consumerName(),
-		key:      ackKey{stream: stream, group: a.cfg.Group},
-		out:      make(chan *message.Message),
-		freed:    make(chan struct{}, 1),
-		loopDone: make(chan struct{}),
-		cursor:   "-",
+		a:           a,
+		stream:      stream,
+		deadLetters: deadLetters,
+		consumer:    a.consumerName(),
+		key:         ackKey{stream: stream, group: a.cfg.Group},
+		out:         make(chan *message.Message),
+		freed:       make(chan struct{}, 1),
+		loopDone:    make(chan struct{}),
+		cursor:      "-",
 	}
 	s.ctx, s.cancel = context.WithCancel(parent)
 	s.msgCtx = context.WithoutCancel(parent)
@@ -128,14 +133,22 @@ func (s *subscription) loop() {
 	}
 }
 
-// read hands out up to n new entries, waiting up to block for the first one.
+// read hands out up to n new entries, waiting up to block for the first one (never longer than
+// Adapter.maxBlock; a negative block does not wait).
+//
+// XREADGROUP goes through Do and wire.ParseRead, not go-redis's XReadGroup: that one returns each
+// entry's fields as a map, which loses their order and every repeated name, so a foreign entry
+// could not be dead-lettered as it arrived.
 func (s *subscription) read(n int, block time.Duration) {
+	args := make([]any, 0, 12)
+	args = append(args, "XREADGROUP", "GROUP", s.a.cfg.Group, s.consumer, "COUNT", n)
+	if block >= 0 {
+		args = append(args, "BLOCK", min(block, s.a.maxBlock).Milliseconds())
+	}
+	args = append(args, "STREAMS", s.stream, ">")
 	// Not s.ctx: entries Redis has handed over must reach the loop, which gives them back
 	// if it is stopping (see giveBack).
-	res, err := s.a.client.XReadGroup(context.WithoutCancel(s.ctx), &redis.XReadGroupArgs{
-		Group: s.a.cfg.Group, Consumer: s.consumer, Streams: []string{s.stream, ">"},
-		Count: int64(n), Block: block,
-	}).Result()
+	res, err := s.a.client.Do(context.WithoutCancel(s.ctx), args...).Result()
 	if errors.Is(err, redis.Nil) {
 		return
 	}
@@ -143,15 +156,18 @@ func (s *subscription) read(n int, block time.Duration) {
 		s.failed("XREADGROUP", err)
 		return
 	}
-	for _, st := range res {
-		s.a.stats.read.Add(uint64(len(st.Messages)))
-		for i, e := range st.Messages {
-			if !s.deliver(e, 1) {
-				for _, rest := range st.Messages[i+1:] {
-					s.unsent = append(s.unsent, sent{id: rest.ID, count: 1})
-				}
-				return
+	entries, err := wire.ParseRead(res)
+	if err != nil {
+		s.failed("XREADGROUP", err)
+		return
+	}
+	s.a.stats.read.Add(uint64(len(entries)))
+	for i, e := range entries {
+		if !s.deliver(e, 1) {
+			for _, rest := range entries[i+1:] {
+				s.unsent = append(s.unsent, sent{id: rest.ID, count: 1})
 			}
+			return
 		}
 	}
 }
@@ -177,11 +193,17 @@ func (s *subscription) failed(op string, err error) {
 
 // deliver hands out one entry with its delivery count and reports false when the loop is
 // stopping (the entry is then remembered for giveBack).
-func (s *subscription) deliver(e redis.XMessage, count int64) bool {
-	msg, err := decode(e.ID, e.Values)
+func (s *subscription) deliver(e wire.Entry, count int64) bool {
+	var msg *message.Message
+	var err error
+	if s.deadLetters {
+		msg, err = decodeDeadLetter(e.ID, e.Fields)
+	} else {
+		msg, err = decode(e.ID, e.Fields)
+	}
 	ctx := withDelivery(s.msgCtx, &delivery{
 		stream: s.stream, group: s.a.cfg.Group, consumer: s.consumer,
-		id: e.ID, count: count, fields: e.Values,
+		id: e.ID, count: count, fields: e.Fields,
 	})
 	if err != nil {
 		s.a.stats.malformed.Add(1)
