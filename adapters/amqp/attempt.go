@@ -16,6 +16,13 @@ type delivery struct {
 	// attempt is decoded once, from the headers as they arrived (the handler may change
 	// metadata, not this).
 	attempt millrace.Attempt
+	// trusted reports that the delivery's dead-letter history has the shape millrace's own
+	// topology produces (trustedHistory): only such a delivery is ever rejected into the
+	// broker's dead-letter path. An untrusted one is retried through a confirmed fresh copy.
+	trusted bool
+	// raw is the delivery as it arrived: retry copies and dead letters keep its typed headers
+	// and properties.
+	raw amqp091.Delivery
 	// reject is set by ScheduleRetry: the subscriber then answers the router's nack with
 	// basic.reject(requeue=false), so RabbitMQ dead-letters the message into the first-delay
 	// tier and counts it in x-death. Any other nack requeues the message.
@@ -34,11 +41,13 @@ var retryHeaders = []string{millrace.HeaderAttempt, millrace.HeaderFirstAttemptA
 
 // decodeAttempt computes the Attempt of a delivery from queue.
 //
-// Number = base + rejections + returns, where
+// Number = base + rejections + returns, summed with saturation (never below 1, never wrapping),
+// where
 //   - base is the millrace-attempt header of a copy millrace republished to a retry tier of
 //     another delay (x-death restarts with a new copy), else 1;
-//   - rejections is the sum of x-death counts for this work queue with reason "rejected" or
-//     "delivery_limit": the trips through the first-delay tier;
+//   - rejections is the sum of the positive integer x-death counts for this work queue with
+//     reason "rejected" or "delivery_limit": the trips through the first-delay tier (other
+//     counts, which no broker writes, add nothing);
 //   - returns is x-delivery-count on quorum queues: redeliveries after a crash or requeue. On
 //     classic queues, which keep no delivery count, it is 1 for a delivery flagged redelivered
 //     and 0 otherwise: a redelivery after a failed dead-letter or retry write then arrives past
@@ -49,6 +58,13 @@ var retryHeaders = []string{millrace.HeaderAttempt, millrace.HeaderFirstAttemptA
 //
 // NativeCount is 1 + rejections + returns: what the broker counted for this copy.
 func decodeAttempt(queue string, qt QueueType, d amqp091.Delivery) millrace.Attempt {
+	a, _ := decodeDelivery(queue, qt, d)
+	return a
+}
+
+// decodeDelivery is decodeAttempt that also reports whether the delivery's dead-letter history
+// is trusted (see trustedHistory).
+func decodeDelivery(queue string, qt QueueType, d amqp091.Delivery) (millrace.Attempt, bool) {
 	var md message.Metadata // only a millrace republish carries these headers
 	for _, k := range retryHeaders {
 		if v, ok := d.Headers[k].(string); ok {
@@ -69,9 +85,9 @@ func decodeAttempt(queue string, qt QueueType, d amqp091.Delivery) millrace.Atte
 			n.returns = 1
 		}
 	}
-	counted := n.rejections + n.returns
-	a.Number += counted
-	a.NativeCount = 1 + counted
+	counted := addSat(n.rejections, n.returns)
+	a.Number = addSat(max(a.Number, 1), counted)
+	a.NativeCount = addSat(1, counted)
 	if a.Source != millrace.SourceHeader {
 		a.Source = millrace.SourceNative
 	}
@@ -83,13 +99,13 @@ func decodeAttempt(queue string, qt QueueType, d amqp091.Delivery) millrace.Atte
 		a.FirstAttemptAt = n.firstFailure
 	}
 	a.OriginalTopic = queue
-	a.OriginalKey = originalKey(d)
+	a.OriginalKey = originalKeyFor(d, n)
 	a.Broker = BrokerName
 	a.NativeID = d.MessageId
 	if a.NativeID == "" {
 		a.NativeID = queue + "#" + strconv.FormatUint(d.DeliveryTag, 10)
 	}
-	return a
+	return a, n.trusted
 }
 
 // DecodeAttempt returns the Attempt the subscriber decoded when msg arrived. For a message

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
 	"github.com/millrace/millrace/deadletter"
 )
 
@@ -13,12 +15,21 @@ import (
 // once the broker confirmed the message routed to the DLQ; otherwise the original stays
 // unacknowledged. The DLQ has no dead-letter exchange of its own, so a dead letter never
 // re-enters the retry loop.
+//
+// For a message received through this adapter the dead letter is the delivery as it arrived:
+// its body byte for byte, every header with its AMQP type and value (original keys starting
+// with millrace-dlq- escaped with deadletter.EscapeKey), its properties, and the broker's
+// dead-letter history (see copyOf), plus the record keys as text.
 func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec deadletter.Record) error {
 	topic := rec.OriginalTopic
+	var pub amqp091.Publishing
+	var err error
 	if d := deliveryFrom(msg.Context()); d != nil {
 		topic = d.attempt.OriginalTopic
+		pub, err = a.marshaler.copyOf(d.raw, rec.Message(), true)
+	} else {
+		pub, err = a.marshaler.Marshal(rec.Message())
 	}
-	pub, err := a.marshaler.Marshal(rec.Message())
 	if err != nil {
 		return err
 	}

@@ -136,15 +136,25 @@ func (m Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 	return msg, nil
 }
 
-// originalKey is the routing key the message was first published with: the one millrace
-// recorded when it republished a retry, else the oldest x-death entry's first routing key,
-// else the delivery's own.
+// originalKey is the routing key the message was first published with, for a delivery from an
+// unknown queue (a Marshaler used on its own): as originalKeyFor, with the queue named by
+// x-first-death-queue. The subscriber, which knows its queue, uses originalKeyFor.
 func originalKey(d amqp091.Delivery) string {
+	q, _ := d.Headers[headerFirstQueue].(string)
+	return originalKeyFor(d, readNative(d.Headers, q))
+}
+
+// originalKeyFor is the original routing key of d given its history n for its work queue: the
+// millrace-original-key header of a copy millrace published, else the first routing key of the
+// work queue's oldest x-death entry (chosen by time, not by array position), else the
+// delivery's own key. It depends on no entry of another queue, so foreign history cannot move
+// it, and it stays the same on every attempt.
+func originalKeyFor(d amqp091.Delivery, n native) string {
 	if v, ok := d.Headers[millrace.HeaderOriginalKey].(string); ok && v != "" {
 		return v
 	}
-	if k := readNative(d.Headers, "").originalKey; k != "" {
-		return k
+	if n.originalKey != "" {
+		return n.originalKey
 	}
 	return d.RoutingKey
 }

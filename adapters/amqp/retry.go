@@ -23,6 +23,14 @@ import (
 // a copy is published to the tier with publisher confirms and AckOriginal is returned. The copy
 // carries the next attempt number and the original routing key in millrace headers, because
 // x-death starts again on a new copy (and RabbitMQ 4.x ignores a client-set x-death).
+//
+// A delivery whose dead-letter history is not trusted (see trustedHistory: a foreign producer
+// or another topology wrote it) takes the copy path for the first tier too, and never goes
+// through the broker's dead-letter machinery, which RabbitMQ 3.10 runs on a client-set x-death:
+// a forged count that is negative, not an integer or near 2^63, or an entry with another
+// reason for the work queue, would buy extra attempts, crash the queue process, or make
+// RabbitMQ see a dead-letter cycle and drop the message. The copy leaves the foreign x-death
+// behind and keeps the typed headers and properties (see copyOf).
 func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req millrace.RetryRequest) (millrace.Disposition, error) {
 	d := deliveryFrom(msg.Context())
 	if d == nil {
@@ -36,14 +44,15 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 		return 0, fmt.Errorf("%w: %q", ErrNotProvisioned, topic)
 	}
 	tier := ts.pick(req.Delay)
-	if tier == ts.reject {
+	reject := tier == ts.reject
+	if reject && d.trusted {
 		d.reject.Store(true)
 		return millrace.NackOriginal, nil
 	}
 	cp := message.NewMessage(msg.UUID, msg.Payload)
 	cp.Metadata = maps.Clone(msg.Metadata)
 	next := req.Attempt
-	next.Number = req.Attempt.Number + 1
+	next.Number = addSat(max(req.Attempt.Number, 1), 1)
 	next.OriginalTopic = topic
 	next.OriginalKey = d.attempt.OriginalKey
 	if next.FirstAttemptAt.IsZero() {
@@ -53,11 +62,11 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 		next.LastError = req.Err.Error()
 	}
 	millrace.SetRetryHeaders(cp.Metadata, next, req.FailedAt.Add(tier))
-	pub, err := a.marshaler.Marshal(cp)
+	pub, err := a.marshaler.copyOf(d.raw, cp, false)
 	if err != nil {
 		return 0, err
 	}
-	if err := a.pubs.publishConfirmed(ctx, a.names(topic).dlx, tierKey(tier, false), pub); err != nil {
+	if err := a.pubs.publishConfirmed(ctx, a.names(topic).dlx, tierKey(tier, reject), pub); err != nil {
 		return 0, fmt.Errorf("amqp: publish retry of %s to the %s tier: %w", msg.UUID, tier, err)
 	}
 	return millrace.AckOriginal, nil

@@ -143,7 +143,10 @@ func (s *subscriber) handle(stop, msgCtx context.Context, topic string, deliveri
 			}
 		}
 		msg, _ := s.a.marshaler.Unmarshal(d)
-		state := &delivery{attempt: decodeAttempt(topic, s.a.cfg.QueueType, d)}
+		at, trusted := decodeDelivery(topic, s.a.cfg.QueueType, d)
+		state := &delivery{attempt: at, trusted: trusted, raw: d}
+		// The queue-aware original key: the Marshaler alone does not know the queue.
+		msg.Metadata[MetadataRoutingKey] = at.OriginalKey
 		// Not derived from stop: Watermill closes the subscriber as soon as the router starts
 		// closing, while the handler may still finish within the router's CloseTimeout.
 		mctx := context.WithValue(msgCtx, deliveryKey{}, state)
@@ -168,7 +171,7 @@ func (s *subscriber) handle(stop, msgCtx context.Context, topic string, deliveri
 			return
 		case acked:
 			settle(log, d.Ack(false), msg)
-		case state.reject.Load():
+		case state.reject.Load() && state.trusted:
 			settle(log, d.Reject(false), msg)
 		default:
 			// Not a scheduled retry: put it back, after a pause so a failing dead-letter

@@ -1,0 +1,111 @@
+package amqp
+
+import (
+	"strings"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/deadletter"
+)
+
+// copyOf returns the publishing of a copy of the delivery raw that carries msg (raw's message,
+// with the metadata millrace or the handler set): a retry copy (dead = false) or a dead letter
+// (dead = true, msg is then a deadletter.Record's Message, original keys escaped).
+//
+// Watermill metadata is text, so Marshal alone would turn every typed header of a foreign
+// producer (integers, tables, arrays, timestamps, bytes, decimals) into its text form. Here a
+// header of raw whose text form msg still holds unchanged is written with its original AMQP type
+// and value; keys millrace writes (retry headers, record keys) are always text, so a foreign
+// header can never take their place. The body and the properties are raw's (content-type,
+// content-encoding, correlation-id, reply-to, type, app-id, message-id, priority, timestamp),
+// except expiration, which would expire the copy in a retry tier or the DLQ (RabbitMQ removes it
+// when it dead-letters, too), and user-id, which RabbitMQ refuses from another user.
+//
+// A retry copy never carries broker-owned headers (x-death, x-first-death-*, x-delivery-count):
+// RabbitMQ 3.10 would trust them. A dead letter keeps them as they arrived, since the DLQ has no
+// dead-letter exchange and RabbitMQ never does dead-letter arithmetic on its messages; an
+// x-death that RabbitMQ's arithmetic could not handle (see wellFormedDeath) is kept all the same
+// under deadletter.EscapePrefix + "x-death", so no later dead-lettering (an operator policy
+// adding a dead-letter exchange to the DLQ) can trip over it, and deadletter.FromMessage gives
+// it back under its own name.
+func (m Marshaler) copyOf(raw amqp091.Delivery, msg *message.Message, dead bool) (amqp091.Publishing, error) {
+	p, err := m.Marshal(msg)
+	if err != nil {
+		return p, err
+	}
+	p.Body = msg.Payload
+	uuidHeader := m.uuidHeader()
+	if _, had := raw.Headers[uuidHeader]; !had && raw.MessageId == msg.UUID {
+		delete(p.Headers, uuidHeader) // the UUID came from message-id: add no header raw lacked
+	}
+	p.MessageId = raw.MessageId
+	if raw.MessageId == "" && msg.UUID != "" {
+		if _, had := raw.Headers[uuidHeader]; !had {
+			p.MessageId = msg.UUID
+		}
+	}
+	p.Priority = raw.Priority
+	p.Timestamp = raw.Timestamp
+	if dead {
+		p.DeliveryMode = amqp091.Persistent
+	}
+	for k, v := range raw.Headers {
+		if brokerOwned(k) {
+			if !dead {
+				continue
+			}
+			if xd, ok := v.([]any); k == headerXDeath && (!ok || !harmlessDeaths(xd)) {
+				p.Headers[deadletter.EscapePrefix+k] = v
+				continue
+			}
+			p.Headers[k] = v
+			continue
+		}
+		if k == uuidHeader {
+			if headerText(v) == msg.UUID {
+				p.Headers[k] = v
+			}
+			continue
+		}
+		key := k
+		if dead {
+			key = deadletter.EscapeKey(k)
+		}
+		if millraceKey(key) {
+			continue
+		}
+		if deliveryOnly(key) { // Marshal never writes these: raw's header of that name is foreign content
+			p.Headers[key] = v
+			continue
+		}
+		if text, ok := msg.Metadata[key]; ok && text == headerText(v) {
+			p.Headers[key] = v
+		}
+	}
+	return p, nil
+}
+
+// harmlessDeaths reports whether every entry of an x-death array is one RabbitMQ's own
+// dead-letter arithmetic handles (wellFormedDeath), whatever queue it names.
+func harmlessDeaths(entries []any) bool {
+	for _, x := range entries {
+		e, ok := x.(amqp091.Table)
+		if !ok || !wellFormedDeath(e) {
+			return false
+		}
+	}
+	return true
+}
+
+// millraceKey reports whether key is one millrace itself writes as text: a retry header of the
+// root package or a dead-letter record key (escaped original keys are not).
+func millraceKey(key string) bool {
+	switch key {
+	case millrace.HeaderAttempt, millrace.HeaderFirstAttemptAt, millrace.HeaderNotBefore,
+		millrace.HeaderOriginalTopic, millrace.HeaderOriginalKey, millrace.HeaderLastError:
+		return true
+	}
+	return strings.HasPrefix(key, deadletter.KeyPrefix) && !strings.HasPrefix(key, deadletter.EscapePrefix)
+}
