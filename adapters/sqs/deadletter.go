@@ -16,9 +16,10 @@ import (
 // payload, byte for byte; the original metadata travels as attributes (packed into
 // AttrMetadata when it does not fit) and the record fields packed into one JSON attribute,
 // AttrDeadLetterRecord, because SQS allows only 10 attributes per message. The subscriber
-// expands both, so deadletter.FromMessage reads the record back. Metadata is never a reason to
-// fail: values that are not UTF-8 travel as Binary, and a dead letter too large for the queue
-// is trimmed (never its body; see deadLetterMessage and KeyTrimmed). Only after SQS confirmed the
+// expands both, so deadletter.FromMessage reads the record back. Each original attribute keeps
+// its data type (Number, Binary, String.x). Metadata is never a reason to fail: values that
+// are not UTF-8 travel as Binary, and a dead letter too large for the queue is trimmed, the
+// record before the original content, never the body (see deadLetterMessage and KeyTrimmed). Only after SQS confirmed the
 // send does the nil return let the router ack, which deletes the original; if the send fails,
 // the original stays and SQS delivers it again after the queue's visibility timeout.
 //
@@ -46,7 +47,11 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 			return nil
 		}
 	}
-	return a.send(ctx, a.DeadLetterTopic(rec.OriginalTopic), rec.Message())
+	var types map[string]string
+	if d, ok := deliveryFrom(msg.Context()); ok {
+		types = d.types
+	}
+	return a.send(ctx, a.DeadLetterTopic(rec.OriginalTopic), rec.Message(), types)
 }
 
 // redriveWillMove reports whether SQS's RedrivePolicy on topic's queue moves a message received
@@ -61,13 +66,13 @@ func (a *Adapter) redriveWillMove(topic string, receiveCount int) bool {
 
 // send builds the dead letter msg with deadLetterMessage (never failing on metadata, trimmed
 // to the dead-letter queue's MaximumMessageSize) and sends it to topic's queue, honouring ctx.
-func (a *Adapter) send(ctx context.Context, topic string, msg *message.Message) error {
+func (a *Adapter) send(ctx context.Context, topic string, msg *message.Message, types map[string]string) error {
 	url, err := a.urls.url(ctx, topic)
 	if err != nil {
 		return err
 	}
 	limit := a.urls.maxSize(ctx, url)
-	m, err := deadLetterMessage(msg, limit)
+	m, err := deadLetterMessage(msg, limit, types)
 	if err != nil {
 		return err
 	}

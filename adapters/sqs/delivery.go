@@ -3,8 +3,7 @@ package sqs
 import (
 	"context"
 	"errors"
-	"strconv"
-	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +21,9 @@ type delivery struct {
 	firstReceive time.Time // ApproximateFirstReceiveTimestamp, zero if absent
 	receivedAt   time.Time // local clock at the receive, for the 12 h visibility limit
 	decodeErr    error
+	// types is the SQS data type of each metadata value whose attribute was not a plain
+	// String, so a dead letter keeps it (see encode).
+	types map[string]string
 
 	// leftToRedrive is set by DeadLetter under GiveUpRedrive: the handler's success must then
 	// not delete the message, so that SQS's RedrivePolicy moves it on the next receive.
@@ -39,30 +41,34 @@ func deliveryFrom(ctx context.Context) (*delivery, bool) {
 	return d, ok && d != nil
 }
 
-// takeDelivery removes the unmarshaler's internal keys from md and returns the delivery they
-// describe. Garbled values leave fields at their zero value: DecodeAttempt never fails.
-func takeDelivery(md message.Metadata, topic, queueURL string) *delivery {
-	d := &delivery{topic: topic, queueURL: queueURL}
-	d.receipt = md[internalReceipt]
-	d.messageID = md[internalMessageID]
-	if n, err := strconv.Atoi(md[internalReceiveCount]); err == nil && n > 0 {
-		d.receiveCount = n
+// handoff carries each delivery's SQS state from a subscription's unmarshaler to its
+// subscriber, keyed by the message the unmarshaler returned (watermill-aws hands on that same
+// message), so the state never travels in metadata, where message content could forge or hide
+// it. An entry whose message watermill-aws drops (the subscription closing) stays until the
+// subscription is gone.
+type handoff struct {
+	mu sync.Mutex
+	m  map[*message.Message]*delivery
+}
+
+func newHandoff() *handoff { return &handoff{m: map[*message.Message]*delivery{}} }
+
+func (h *handoff) put(msg *message.Message, d *delivery) {
+	h.mu.Lock()
+	h.m[msg] = d
+	h.mu.Unlock()
+}
+
+// take returns and forgets msg's delivery; without one (never expected) the delivery is
+// marked undecodable, so the message is dead-lettered rather than counted from nothing.
+func (h *handoff) take(msg *message.Message, topic, queueURL string) *delivery {
+	h.mu.Lock()
+	d, ok := h.m[msg]
+	delete(h.m, msg)
+	h.mu.Unlock()
+	if !ok {
+		d = &delivery{receivedAt: time.Now(), decodeErr: errors.New("millrace sqs: no delivery state for the message")}
 	}
-	if ms, err := strconv.ParseInt(md[internalFirstReceive], 10, 64); err == nil && ms > 0 {
-		d.firstReceive = time.UnixMilli(ms)
-	}
-	if ns, err := strconv.ParseInt(md[internalReceivedAt], 10, 64); err == nil {
-		d.receivedAt = time.Unix(0, ns)
-	} else {
-		d.receivedAt = time.Now()
-	}
-	if e := md[internalDecodeError]; e != "" {
-		d.decodeErr = errors.New(e)
-	}
-	for k := range md {
-		if strings.HasPrefix(k, internalPrefix) {
-			delete(md, k)
-		}
-	}
+	d.topic, d.queueURL = topic, queueURL
 	return d
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	awstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/millrace/millrace/deadletter"
 )
@@ -31,53 +31,49 @@ const FallbackMaxMessageSize = 256 * 1024
 // deadLetterMessage builds the SQS message of a dead letter, never failing on its metadata, so
 // that a message that reached the adapter can always be dead-lettered:
 //
-//   - record fields and metadata keys are made valid UTF-8 (strings.ToValidUTF8, U+FFFD);
-//   - metadata values that are not valid UTF-8 (from Binary attributes) travel as Binary
-//     attributes, or base64-encoded in AttrMetadataBinary, and read back byte for byte;
+//   - record fields are made valid UTF-8 (strings.ToValidUTF8, U+FFFD);
+//   - each original metadata value keeps the data type its attribute had (types, by original
+//     name; absent: String, or Binary for a value that is not valid UTF-8), so Number, Binary
+//     and custom types ("String.json") read back as they arrived, byte for byte; an original
+//     name escaped with deadletter.EscapeKey is an attribute of its own like any other;
 //   - when the message exceeds limit bytes (SQS's size: body, attribute names, types and values),
-//     it drops original metadata entries, largest first; then cuts record fields other than the
-//     reason and attempts to 256 and then 32 bytes; then keeps only the reason and attempts; and
-//     as a last resort sends the body alone (deadletter.FromMessage then cannot read a record, but
-//     the message is kept). KeyTrimmed says what was trimmed. The body is never altered.
+//     the record gives way before the original content: record fields other than the reason
+//     and attempts are cut to 256 and then 32 bytes; then only the reason and attempts stay;
+//     then the record and UUID are left out, so the original body and attributes travel whole
+//     (deadletter.FromMessage then cannot read a record, but nothing of the message is lost);
+//     only then are original metadata entries dropped, largest first. KeyTrimmed says what was
+//     trimmed while a record is left. The body is never altered.
 //
 // It fails only for a body SQS cannot carry (ErrPayloadNotText) or one that alone exceeds limit
 // (ErrDeadLetterTooLarge); neither occurs for a body received from a queue with the same limit.
-func deadLetterMessage(msg *message.Message, limit int) (*types.Message, error) {
+func deadLetterMessage(msg *message.Message, limit int, types map[string]string) (*awstypes.Message, error) {
 	if err := checkText(msg.Payload); err != nil {
 		return nil, fmt.Errorf("%w: message %s: %w", ErrPayloadNotText, msg.UUID, err)
 	}
 	uuid := toText(msg.UUID)
-	record, plain := map[string]string{}, map[string]string{}
+	record, plain, ptypes := map[string]string{}, map[string]string{}, map[string]string{}
 	for k, v := range msg.Metadata {
 		k = strings.ToValidUTF8(k, "\uFFFD")
-		if strings.HasPrefix(k, deadletter.KeyPrefix) {
+		orig, isOrig := deadletter.OriginalKey(k)
+		if !isOrig {
 			record[k] = strings.ToValidUTF8(v, "\uFFFD")
-		} else {
-			plain[k] = v
+			continue
+		}
+		plain[k] = v
+		if t := types[orig]; t != "" {
+			ptypes[k] = t
 		}
 	}
-	fits := func() (*types.Message, bool) {
-		m := encode(uuid, msg.Payload, record, plain)
+	fits := func() (*awstypes.Message, bool) {
+		m := encode(uuid, msg.Payload, record, plain, ptypes)
 		return m, messageSize(m) <= limit
 	}
 	if m, ok := fits(); ok {
 		return m, nil
 	}
 
-	// 1. The original metadata, largest entry first.
-	var dropped, cut []string
-	keys := slices.SortedFunc(maps.Keys(plain), func(a, b string) int {
-		return cmp.Or(cmp.Compare(len(b)+len(plain[b]), len(a)+len(plain[a])), cmp.Compare(a, b))
-	})
-	for _, k := range keys {
-		delete(plain, k)
-		dropped = append(dropped, k)
-		record[KeyTrimmed] = trimNote(dropped, cut)
-		if m, ok := fits(); ok {
-			return m, nil
-		}
-	}
-	// 2. Record fields cut short; the reason and attempt count stay whole.
+	// 1. Record fields cut short; the reason and attempt count stay whole.
+	var cut []string
 	for _, n := range []int{256, 32} {
 		for _, k := range slices.Sorted(maps.Keys(record)) {
 			if k != deadletter.KeyReason && k != deadletter.KeyAttempts && k != KeyTrimmed && len(record[k]) > n {
@@ -87,25 +83,38 @@ func deadLetterMessage(msg *message.Message, limit int) (*types.Message, error) 
 				}
 			}
 		}
-		record[KeyTrimmed] = trimNote(dropped, cut)
+		record[KeyTrimmed] = trimNote(nil, cut)
 		if m, ok := fits(); ok {
 			return m, nil
 		}
 	}
-	// 3. Only what deadletter.FromMessage needs.
-	uuid = ""
+	// 2. Only what deadletter.FromMessage needs.
 	record = map[string]string{
 		deadletter.KeyReason:   record[deadletter.KeyReason],
 		deadletter.KeyAttempts: record[deadletter.KeyAttempts],
-		KeyTrimmed:             "metadata and record fields",
+		KeyTrimmed:             "record fields",
 	}
 	if m, ok := fits(); ok {
 		return m, nil
 	}
-	// 4. The body alone.
+	// 3. The original message alone, whole: with its UUID, then without.
 	record = nil
 	if m, ok := fits(); ok {
 		return m, nil
+	}
+	uuid = ""
+	if m, ok := fits(); ok {
+		return m, nil
+	}
+	// 4. The original metadata, largest entry first.
+	keys := slices.SortedFunc(maps.Keys(plain), func(a, b string) int {
+		return cmp.Or(cmp.Compare(len(b)+len(plain[b]), len(a)+len(plain[a])), cmp.Compare(a, b))
+	})
+	for _, k := range keys {
+		delete(plain, k)
+		if m, ok := fits(); ok {
+			return m, nil
+		}
 	}
 	return nil, fmt.Errorf("%w: message %s: body of %d bytes, the dead-letter queue accepts %d",
 		ErrDeadLetterTooLarge, msg.UUID, len(msg.Payload), limit)
@@ -114,7 +123,7 @@ func deadLetterMessage(msg *message.Message, limit int) (*types.Message, error) 
 // messageSize is the size SQS counts against MaximumMessageSize: the body, and each
 // attribute's name, data type and value. Binary values count at their base64 length (what a
 // JSON-protocol endpoint such as fauxqs counts; AWS counts the raw bytes, fewer).
-func messageSize(m *types.Message) int {
+func messageSize(m *awstypes.Message) int {
 	n := len(aws.ToString(m.Body))
 	for k, v := range m.MessageAttributes {
 		n += len(k) + len(aws.ToString(v.DataType)) + len(aws.ToString(v.StringValue))
@@ -175,7 +184,7 @@ func maxMessageSize(attr string) (int, bool) {
 }
 
 // packedField returns key from m's packed record attribute, "" if absent.
-func packedField(m *types.Message, key string) string {
+func packedField(m *awstypes.Message, key string) string {
 	v, ok := m.MessageAttributes[AttrDeadLetterRecord]
 	if !ok {
 		return ""

@@ -14,7 +14,7 @@ import (
 	wmsqs "github.com/ThreeDotsLabs/watermill-aws/sqs"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	awstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/millrace/millrace/deadletter"
 )
@@ -37,22 +37,18 @@ const (
 	AttrMetadataBinary = "millrace-metadata-binary"
 )
 
-// Keys the unmarshaler uses to hand native delivery state to the subscriber, which removes them
-// before the handler sees the message. The NUL prefix cannot occur in an SQS attribute name, and
-// these keys are written last, so message content cannot forge them.
-const (
-	internalPrefix       = "\x00millrace-sqs-"
-	internalReceipt      = internalPrefix + "receipt"
-	internalMessageID    = internalPrefix + "message-id"
-	internalReceiveCount = internalPrefix + "receive-count"
-	internalFirstReceive = internalPrefix + "first-receive"
-	internalReceivedAt   = internalPrefix + "received-at"
-	internalDecodeError  = internalPrefix + "decode-error"
-)
+// AttrMetadataTypes carries, next to AttrMetadata, the SQS data type of every packed metadata
+// value whose original attribute was not a plain String ("Number", "Binary", "String.json",
+// ...), as one JSON object of strings, so a dead letter keeps each attribute's type.
+const AttrMetadataTypes = "millrace-metadata-types"
 
 // marshaler turns Watermill messages into SQS messages without altering the payload, and back.
-// It implements watermill-aws's Marshaler and Unmarshaler.
-type marshaler struct{}
+// It implements watermill-aws's Marshaler and Unmarshaler. A subscription's unmarshaler hands
+// each delivery's SQS state to the subscriber through handoff, never through the message's
+// metadata, so no message content can forge or hide it.
+type marshaler struct {
+	handoff *handoff
+}
 
 var (
 	_ wmsqs.Marshaler   = marshaler{}
@@ -64,7 +60,7 @@ var (
 // String attributes when it fits, otherwise packed into AttrMetadata; dead-letter fields travel
 // packed into AttrDeadLetterRecord. Dead letters are built by deadLetterMessage instead, which
 // never refuses metadata.
-func (marshaler) Marshal(msg *message.Message) (*types.Message, error) {
+func (marshaler) Marshal(msg *message.Message) (*awstypes.Message, error) {
 	if err := checkText(msg.Payload); err != nil {
 		return nil, fmt.Errorf("%w: message %s: %w", ErrPayloadNotText, msg.UUID, err)
 	}
@@ -77,7 +73,7 @@ func (marshaler) Marshal(msg *message.Message) (*types.Message, error) {
 		}
 	}
 	record, plain := splitMetadata(msg.Metadata)
-	return encode(msg.UUID, msg.Payload, record, plain), nil
+	return encode(msg.UUID, msg.Payload, record, plain, nil), nil
 }
 
 // splitMetadata separates the dead-letter record fields from the plain metadata.
@@ -94,32 +90,47 @@ func splitMetadata(md message.Metadata) (record, plain map[string]string) {
 }
 
 // encode builds the SQS message. Record values and keys must be valid UTF-8 (JSON escapes
-// the characters SQS refuses); a plain value that is not valid UTF-8 travels as a Binary
-// attribute, or base64-encoded in AttrMetadataBinary when the metadata is packed. An empty uuid
-// is left out (SQS refuses empty attribute values).
-func encode(uuid string, body []byte, record, plain map[string]string) *types.Message {
-	attrs := map[string]types.MessageAttributeValue{}
+// the characters SQS refuses); a plain value travels with its type from types (absent: String,
+// or Binary for a value that is not valid UTF-8), as an individual attribute or, when the
+// metadata is packed, in AttrMetadata (text types) or base64-encoded in AttrMetadataBinary
+// (Binary types and values that are not UTF-8), with AttrMetadataTypes naming every type other
+// than String. An empty uuid is left out (SQS refuses empty attribute values).
+func encode(uuid string, body []byte, record, plain, types map[string]string) *awstypes.Message {
+	attrs := map[string]awstypes.MessageAttributeValue{}
 	if uuid != "" {
 		attrs[AttrUUID] = stringAttr(uuid)
 	}
 	if len(record) > 0 {
 		attrs[AttrDeadLetterRecord] = stringAttr(packJSON(record))
 	}
-	if individually(plain, MaxAttributes-len(attrs)) {
+	typeOf := func(k, v string) string {
+		if t := types[k]; t != "" {
+			return t
+		}
+		if utf8.ValidString(v) {
+			return wmsqs.AWSStringDataType
+		}
+		return wmsqs.AWSBinaryDataType
+	}
+	if individually(plain, types, MaxAttributes-len(attrs)) {
 		for k, v := range plain {
-			if utf8.ValidString(v) {
-				attrs[k] = stringAttr(v)
+			if t := typeOf(k, v); isBinaryType(t) {
+				attrs[k] = awstypes.MessageAttributeValue{DataType: aws.String(t), BinaryValue: []byte(v)}
 			} else {
-				attrs[k] = binaryAttr(v)
+				attrs[k] = awstypes.MessageAttributeValue{DataType: aws.String(t), StringValue: aws.String(v)}
 			}
 		}
 	} else {
-		text, binary := map[string]string{}, map[string]string{}
+		text, binary, typed := map[string]string{}, map[string]string{}, map[string]string{}
 		for k, v := range plain {
-			if utf8.ValidString(v) {
-				text[k] = v
-			} else {
+			t := typeOf(k, v)
+			if isBinaryType(t) || !utf8.ValidString(v) {
 				binary[k] = base64.StdEncoding.EncodeToString([]byte(v))
+			} else {
+				text[k] = v
+			}
+			if t != wmsqs.AWSStringDataType && !(t == wmsqs.AWSBinaryDataType && !utf8.ValidString(v)) {
+				typed[k] = t
 			}
 		}
 		if len(text) > 0 {
@@ -128,21 +139,50 @@ func encode(uuid string, body []byte, record, plain map[string]string) *types.Me
 		if len(binary) > 0 {
 			attrs[AttrMetadataBinary] = stringAttr(packJSON(binary))
 		}
+		if len(typed) > 0 {
+			attrs[AttrMetadataTypes] = stringAttr(packJSON(typed))
+		}
 	}
-	return &types.Message{Body: aws.String(string(body)), MessageAttributes: attrs}
+	return &awstypes.Message{Body: aws.String(string(body)), MessageAttributes: attrs}
 }
 
-// individually reports whether md can travel as at most room individual attributes: String
-// attributes for SQS text, Binary ones for values that are not valid UTF-8.
-func individually(md map[string]string, room int) bool {
+// isBinaryType reports whether an SQS data type holds a BinaryValue ("Binary", "Binary.x").
+func isBinaryType(t string) bool {
+	return t == wmsqs.AWSBinaryDataType || strings.HasPrefix(t, wmsqs.AWSBinaryDataType+".")
+}
+
+// validType reports whether t is an SQS data type: String, Number or Binary, optionally with a
+// custom suffix (".x": letters, digits, '-', '_', '.'), at most 256 characters.
+func validType(t string) bool {
+	base, custom, hasCustom := strings.Cut(t, ".")
+	if base != wmsqs.AWSStringDataType && base != wmsqs.AWSNumberDataType && base != wmsqs.AWSBinaryDataType {
+		return false
+	}
+	if !hasCustom {
+		return true
+	}
+	return len(t) <= 256 && custom != "" && validAttrName(custom+"x")
+}
+
+// individually reports whether md can travel as at most room individual attributes, each with
+// its type (types, else String, or Binary for a value that is not valid UTF-8).
+func individually(md, types map[string]string, room int) bool {
 	if len(md) > room {
 		return false
 	}
 	for k, v := range md {
-		if !validAttrName(k) || v == "" || (utf8.ValidString(v) && !isText(v)) {
+		if !validAttrName(k) || v == "" {
 			return false
 		}
-		if k == AttrUUID || k == AttrDeadLetterRecord || k == AttrMetadata || k == AttrMetadataBinary {
+		if t := types[k]; t != "" {
+			if !validType(t) || !isBinaryType(t) && !isText(v) {
+				return false
+			}
+		} else if utf8.ValidString(v) && !isText(v) {
+			return false
+		}
+		switch k {
+		case AttrUUID, AttrDeadLetterRecord, AttrMetadata, AttrMetadataBinary, AttrMetadataTypes:
 			return false
 		}
 	}
@@ -168,12 +208,8 @@ func validAttrName(k string) bool {
 	return true
 }
 
-func stringAttr(v string) types.MessageAttributeValue {
-	return types.MessageAttributeValue{DataType: aws.String(wmsqs.AWSStringDataType), StringValue: aws.String(v)}
-}
-
-func binaryAttr(v string) types.MessageAttributeValue {
-	return types.MessageAttributeValue{DataType: aws.String(wmsqs.AWSBinaryDataType), BinaryValue: []byte(v)}
+func stringAttr(v string) awstypes.MessageAttributeValue {
+	return awstypes.MessageAttributeValue{DataType: aws.String(wmsqs.AWSStringDataType), StringValue: aws.String(v)}
 }
 
 // packJSON encodes m (valid UTF-8 strings) as JSON text that SQS accepts.
@@ -182,73 +218,151 @@ func packJSON(m map[string]string) string {
 	return string(sqsSafeJSON(b))
 }
 
-// Unmarshal never fails, so that no delivery is dropped or requeued forever: a packed attribute
-// that does not decode is reported through internalDecodeError, and the subscriber marks the
-// message with millrace.WithDecodeError (it is then dead-lettered as malformed, unchanged).
-// The SQS delivery state (receipt handle, receive count, first receive time) goes into
-// internal keys that the subscriber moves into the message context.
-func (marshaler) Unmarshal(m *types.Message) (*message.Message, error) {
-	receivedAt := time.Now()
-	uuid := aws.ToString(m.MessageId)
-	md := message.Metadata{}
-	var decodeErrs []error
-	for k, v := range m.MessageAttributes {
+// Unmarshal never fails, so that no delivery is dropped or requeued forever: see
+// decodeMessage. A subscription's unmarshaler hands the delivery to its subscriber.
+func (m marshaler) Unmarshal(sm *awstypes.Message) (*message.Message, error) {
+	msg, d := decodeMessage(sm)
+	if m.handoff != nil {
+		m.handoff.put(msg, d)
+	}
+	return msg, nil
+}
+
+// decodeMessage reads a received message: its body as payload; its attributes as metadata,
+// byte for byte, packed ones (AttrMetadata, AttrMetadataBinary, AttrMetadataTypes,
+// AttrDeadLetterRecord) unpacked; and the SQS delivery state (receipt handle, receive count,
+// first receive time, each attribute's type). A packed attribute that does not decode, or a
+// receive count that is missing or not a positive decimal, sets the delivery's decodeErr: the
+// subscriber marks the message with millrace.WithDecodeError, and it is dead-lettered as
+// malformed, unchanged. Allocation is proportional to the message's size.
+func decodeMessage(m *awstypes.Message) (*message.Message, *delivery) {
+	d := &delivery{receivedAt: time.Now(), receipt: aws.ToString(m.ReceiptHandle), messageID: aws.ToString(m.MessageId)}
+	uuid := d.messageID
+	md, types, errs := DecodeAttributes(m.MessageAttributes)
+	if u, ok := m.MessageAttributes[AttrUUID]; ok {
+		if s := aws.ToString(u.StringValue); s != "" {
+			uuid = s
+		}
+	}
+	d.types = types
+	var err error
+	if d.receiveCount, err = parseReceiveCount(m.Attributes[string(awstypes.MessageSystemAttributeNameApproximateReceiveCount)]); err != nil {
+		errs = append(errs, err)
+	}
+	if ms, err := strconv.ParseInt(m.Attributes[string(awstypes.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)], 10, 64); err == nil && ms > 0 {
+		d.firstReceive = time.UnixMilli(ms)
+	}
+	if len(errs) > 0 {
+		d.decodeErr = errors.Join(errs...)
+	}
+	msg := message.NewMessage(uuid, []byte(aws.ToString(m.Body)))
+	msg.Metadata = md
+	return msg, d
+}
+
+// MaxReceiveCount caps the attempt number read from ApproximateReceiveCount: a larger value
+// reads as MaxReceiveCount, past any policy's MaxAttempts, so the message is dead-lettered as
+// exhausted.
+const MaxReceiveCount = 1 << 20
+
+// parseReceiveCount reads ApproximateReceiveCount: decimal digits only, at least 1, saturating
+// at MaxReceiveCount. Missing, empty, zero, signed or non-numeric is an error: such a delivery
+// cannot be counted, and counting it as a first attempt could retry it forever.
+func parseReceiveCount(v string) (int, error) {
+	if v == "" {
+		return 0, errors.New("ApproximateReceiveCount is missing")
+	}
+	n := 0
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("ApproximateReceiveCount %q is not a decimal count", clip(v))
+		}
+		n = min(n*10+int(c-'0'), MaxReceiveCount)
+	}
+	if n < 1 {
+		return 0, fmt.Errorf("ApproximateReceiveCount %q is not at least 1", clip(v))
+	}
+	return n, nil
+}
+
+// clip shortens untrusted text quoted in errors.
+func clip(s string) string {
+	if len(s) > 64 {
+		return strings.ToValidUTF8(s[:64], "?") + "..."
+	}
+	return s
+}
+
+// DecodeAttributes reads SQS message attributes as the adapter's subscriber does: metadata byte
+// for byte (AttrUUID left out), packed attributes unpacked; types holds the data type of every
+// value whose attribute was not a plain String. An attribute that does not decode is kept
+// under its own name as text and reported in errs. deadletter/sqsstore reads dead letters
+// with it.
+func DecodeAttributes(attrs map[string]awstypes.MessageAttributeValue) (md message.Metadata, types map[string]string, errs []error) {
+	md, types = message.Metadata{}, map[string]string{}
+	var packedTypes map[string]string
+	for k, v := range attrs {
 		switch k {
 		case AttrUUID:
-			if s := aws.ToString(v.StringValue); s != "" {
-				uuid = s
-			}
-		case AttrMetadata, AttrDeadLetterRecord:
+		case AttrMetadata, AttrDeadLetterRecord, AttrMetadataTypes:
 			var packed map[string]string
 			if err := json.Unmarshal([]byte(aws.ToString(v.StringValue)), &packed); err != nil {
-				decodeErrs = append(decodeErrs, fmt.Errorf("attribute %s: %w", k, err))
+				errs = append(errs, fmt.Errorf("attribute %s: %w", k, err))
 				md[k] = aws.ToString(v.StringValue)
+				continue
+			}
+			if k == AttrMetadataTypes {
+				packedTypes = packed
 				continue
 			}
 			maps.Copy(md, packed)
 		case AttrMetadataBinary:
 			var packed map[string]string
 			if err := json.Unmarshal([]byte(aws.ToString(v.StringValue)), &packed); err != nil {
-				decodeErrs = append(decodeErrs, fmt.Errorf("attribute %s: %w", k, err))
+				errs = append(errs, fmt.Errorf("attribute %s: %w", k, err))
 				md[k] = aws.ToString(v.StringValue)
 				continue
 			}
 			for pk, pv := range packed {
 				b, err := base64.StdEncoding.DecodeString(pv)
 				if err != nil {
-					decodeErrs = append(decodeErrs, fmt.Errorf("attribute %s, key %q: %w", k, pk, err))
+					errs = append(errs, fmt.Errorf("attribute %s, key %q: %w", k, pk, err))
 					b = []byte(pv)
 				}
 				md[pk] = string(b)
+				if !utf8.Valid(b) {
+					types[pk] = wmsqs.AWSBinaryDataType
+				}
 			}
 		default:
-			if s, ok := attrValue(v); ok {
-				md[k] = s
+			s, t := attrValue(v)
+			md[k] = s
+			if t != wmsqs.AWSStringDataType {
+				types[k] = t
 			}
 		}
 	}
-	msg := message.NewMessage(uuid, []byte(aws.ToString(m.Body)))
-	msg.Metadata = md
-	md[internalReceipt] = aws.ToString(m.ReceiptHandle)
-	md[internalMessageID] = aws.ToString(m.MessageId)
-	md[internalReceiveCount] = m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)]
-	md[internalFirstReceive] = m.Attributes[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)]
-	md[internalReceivedAt] = strconv.FormatInt(receivedAt.UnixNano(), 10)
-	if len(decodeErrs) > 0 {
-		md[internalDecodeError] = errors.Join(decodeErrs...).Error()
+	for k, t := range packedTypes {
+		if _, ok := md[k]; ok && validType(t) {
+			types[k] = t
+		}
 	}
-	return msg, nil
+	return md, types, errs
 }
 
-// attrValue returns the text of a String, Number or Binary attribute (custom type suffixes such
-// as "String.json" included).
-func attrValue(v types.MessageAttributeValue) (string, bool) {
+// attrValue returns the value of an attribute (StringValue, or BinaryValue for a Binary type)
+// and its data type. An attribute of a type SQS does not define keeps whichever value it has,
+// typed Binary when that is its BinaryValue.
+func attrValue(v awstypes.MessageAttributeValue) (string, string) {
 	t := aws.ToString(v.DataType)
 	switch {
-	case strings.HasPrefix(t, wmsqs.AWSStringDataType), strings.HasPrefix(t, wmsqs.AWSNumberDataType):
-		return aws.ToString(v.StringValue), v.StringValue != nil
-	case strings.HasPrefix(t, wmsqs.AWSBinaryDataType):
-		return string(v.BinaryValue), true
+	case validType(t) && isBinaryType(t):
+		return string(v.BinaryValue), t
+	case validType(t):
+		return aws.ToString(v.StringValue), t
+	case v.StringValue == nil && v.BinaryValue != nil:
+		return string(v.BinaryValue), wmsqs.AWSBinaryDataType
 	}
-	return "", false
+	return aws.ToString(v.StringValue), wmsqs.AWSStringDataType
 }

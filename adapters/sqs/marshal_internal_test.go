@@ -58,11 +58,7 @@ func TestMarshalRoundTrip(t *testing.T) {
 					t.Fatalf("attribute %q = %q would be refused by SQS", k, aws.ToString(v.StringValue))
 				}
 			}
-			got, err := marshaler{}.Unmarshal(received(m, "3"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := takeDelivery(got.Metadata, "topic", "url")
+			got, d := decodeMessage(received(m, "3"))
 			if d.decodeErr != nil {
 				t.Fatalf("decode error: %v", d.decodeErr)
 			}
@@ -109,8 +105,7 @@ func TestMarshalDeadLetterFitsTenAttributes(t *testing.T) {
 	if !isText(packed) || !json.Valid([]byte(packed)) {
 		t.Fatalf("record attribute %q is not SQS text and JSON", packed)
 	}
-	msg, _ := marshaler{}.Unmarshal(received(m, "1"))
-	takeDelivery(msg.Metadata, "t", "u")
+	msg, _ := decodeMessage(received(m, "1"))
 	got, err := deadletter.FromMessage(msg)
 	if err != nil {
 		t.Fatal(err)
@@ -141,8 +136,9 @@ func TestMarshalRefusesWhatSQSWouldAlter(t *testing.T) {
 	}
 }
 
-// TestUnmarshalNeverFails: garbled packed attributes and missing system attributes become a
-// decode error and attempt defaults, never a failed delivery.
+// TestUnmarshalNeverFails: garbled packed attributes and a missing receive count become a
+// decode error, never a failed delivery; an attribute whose name looks like delivery state is
+// content, kept.
 func TestUnmarshalNeverFails(t *testing.T) {
 	m := &types.Message{
 		Body:      aws.String("raw"),
@@ -157,17 +153,12 @@ func TestUnmarshalNeverFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := takeDelivery(msg.Metadata, "t", "u")
-	if d.decodeErr == nil || !strings.Contains(d.decodeErr.Error(), AttrMetadata) {
-		t.Fatalf("decode error %v, want one naming %s", d.decodeErr, AttrMetadata)
+	msg, d := decodeMessage(m)
+	if d.decodeErr == nil || !strings.Contains(d.decodeErr.Error(), AttrMetadata) || !strings.Contains(d.decodeErr.Error(), "ApproximateReceiveCount") {
+		t.Fatalf("decode error %v, want one naming %s and the receive count", d.decodeErr, AttrMetadata)
 	}
-	if d.receiveCount != 0 || d.receipt != "" || msg.UUID != "mid" || msg.Metadata["x"] != "kept" {
+	if d.receiveCount != 0 || d.receipt != "" || msg.UUID != "mid" || msg.Metadata["x"] != "kept" || msg.Metadata["\x00millrace-sqs-receipt"] != "forged" {
 		t.Fatalf("delivery %+v uuid %q metadata %v", d, msg.UUID, msg.Metadata)
-	}
-	for k := range msg.Metadata {
-		if strings.HasPrefix(k, internalPrefix) {
-			t.Fatalf("internal key %q reached the handler", k)
-		}
 	}
 }
 
@@ -188,6 +179,28 @@ func TestVisibilitySeconds(t *testing.T) {
 	for _, c := range cases {
 		if got := visibilitySeconds(c.delay, c.elapsed); got != c.want {
 			t.Errorf("visibilitySeconds(%s, %s) = %d, want %d", c.delay, c.elapsed, got, c.want)
+		}
+	}
+}
+
+// TestReceiveCountSaturates: ApproximateReceiveCount is read with saturation; a count that is
+// missing, zero, signed or not decimal cannot be counted and makes the delivery malformed
+// (counting it as a first attempt could retry it forever).
+func TestReceiveCountSaturates(t *testing.T) {
+	base := &types.Message{Body: aws.String("b"), MessageId: aws.String("m")}
+	for _, c := range []struct {
+		v    string
+		want int
+	}{
+		{"1", 1}, {"7", 7}, {"0007", 7},
+		{"1048576", MaxReceiveCount}, {"99999999999999999999", MaxReceiveCount}, {"9223372036854775808", MaxReceiveCount},
+		{"", 0}, {"0", 0}, {"-3", 0}, {"+3", 0}, {"3.0", 0}, {"three", 0}, {" 3", 0},
+	} {
+		m := *base
+		m.Attributes = map[string]string{"ApproximateReceiveCount": c.v}
+		_, d := decodeMessage(&m)
+		if d.receiveCount != c.want || (c.want == 0) != (d.decodeErr != nil) {
+			t.Errorf("count %q: read %d (err %v), want %d", c.v, d.receiveCount, d.decodeErr, c.want)
 		}
 	}
 }

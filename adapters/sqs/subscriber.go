@@ -34,9 +34,9 @@ func (a *Adapter) Subscriber() message.Subscriber {
 // subscriber wraps one watermill-aws subscriber per Subscribe call, so that Close ends exactly
 // the subscriptions made through it, and bridges each delivery to the handler:
 //
-//   - it moves the SQS state the unmarshaler left in reserved metadata keys into the message
-//     context (DecodeAttempt, ScheduleRetry and DeadLetter read it there), and marks a delivery
-//     whose attributes did not decode with millrace.WithDecodeError;
+//   - it moves the SQS state the unmarshaler handed over (never through metadata) into the
+//     message context (DecodeAttempt, ScheduleRetry and DeadLetter read it there), and marks a
+//     delivery whose attributes or receive count did not decode with millrace.WithDecodeError;
 //   - it forwards the handler's ack or nack to watermill-aws, whose ack deletes the message and
 //     whose nack leaves it alone (SQS makes it visible again when its visibility timeout ends:
 //     the retry delay set by ScheduleRetry, or the queue's timeout after a failure). An ack of a
@@ -59,6 +59,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, err
 	}
 	waitSeconds := int32(a.cfg.WaitTime.Seconds())
+	states := newHandoff()
 	inner, err := wmsqs.NewSubscriber(wmsqs.SubscriberConfig{
 		AWSConfig:                   a.awsCfg,
 		OptFns:                      a.optFns,
@@ -76,7 +77,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 				MaxNumberOfMessages: 1, // one in flight: the others stay receivable by other consumers
 			}, nil
 		},
-		Unmarshaler: marshaler{},
+		Unmarshaler: marshaler{handoff: states},
 	}, a.wmLogger)
 	if err != nil {
 		return nil, fmt.Errorf("millrace sqs: subscriber: %w", err)
@@ -103,7 +104,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		defer s.wg.Done()
 		defer close(out)
 		for msg := range in {
-			if !s.bridge(ctx, topic, url, msg, out) {
+			if !s.bridge(ctx, topic, url, states.take(msg, topic, url), msg, out) {
 				// Drain so watermill-aws can end; undelivered messages stay in SQS.
 				for m := range in {
 					m.Nack()
@@ -117,8 +118,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 
 // bridge hands one delivery to the handler and relays its verdict; it reports false when the
 // subscription ends first.
-func (s *subscriber) bridge(ctx context.Context, topic, url string, in *message.Message, out chan<- *message.Message) bool {
-	d := takeDelivery(in.Metadata, topic, url)
+func (s *subscriber) bridge(ctx context.Context, topic, url string, d *delivery, in *message.Message, out chan<- *message.Message) bool {
 	msg := message.NewMessage(in.UUID, in.Payload)
 	msg.Metadata = in.Metadata
 	msgCtx := withDelivery(in.Context(), d)
