@@ -34,13 +34,11 @@ package sqsstore
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -383,36 +381,18 @@ func sentAt(m types.Message) int64 {
 }
 
 // decode turns a received message into an Entry, reading attributes as the adapter's
-// subscriber does. A message that carries no valid record (sent by something else) is still
-// returned, with an empty Reason and the decode error as LastError, so an operator can see and
-// purge it.
+// subscriber does (sqs.DecodeAttributes: packed metadata, binary values and types included). A
+// message that carries no valid record (sent by something else) is still returned, with an
+// empty Reason and the decode error as LastError, so an operator can see and purge it. When an
+// original attribute's data type is not a plain String (Number, Binary, String.json, ...),
+// which Record.Metadata cannot say, Record.Native lists every original metadata entry with its
+// type, sorted by name (SQS attributes have no order).
 func decode(m types.Message) deadletter.Entry {
 	uuid := aws.ToString(m.MessageId)
-	md := message.Metadata{}
-	var decodeErr error
-	for k, v := range m.MessageAttributes {
-		switch k {
-		case sqs.AttrUUID:
-			if u := aws.ToString(v.StringValue); u != "" {
-				uuid = u
-			}
-		case sqs.AttrMetadata, sqs.AttrDeadLetterRecord:
-			var packed map[string]string
-			if err := json.Unmarshal([]byte(aws.ToString(v.StringValue)), &packed); err != nil {
-				decodeErr = errors.Join(decodeErr, fmt.Errorf("attribute %s: %w", k, err))
-				md[k] = aws.ToString(v.StringValue)
-				continue
-			}
-			maps.Copy(md, packed)
-		default:
-			t := aws.ToString(v.DataType)
-			if strings.HasPrefix(t, "Binary") {
-				md[k] = string(v.BinaryValue)
-			} else if v.StringValue != nil {
-				md[k] = *v.StringValue
-			}
-		}
+	if u := aws.ToString(m.MessageAttributes[sqs.AttrUUID].StringValue); u != "" {
+		uuid = u
 	}
+	md, typ, errs := sqs.DecodeAttributes(m.MessageAttributes)
 	msg := message.NewMessage(uuid, []byte(aws.ToString(m.Body)))
 	msg.Metadata = md
 	e := deadletter.Entry{ID: aws.ToString(m.MessageId)}
@@ -420,8 +400,24 @@ func decode(m types.Message) deadletter.Entry {
 		e.StoredAt = time.UnixMilli(ms)
 	}
 	rec, err := deadletter.FromMessage(msg)
-	if err = errors.Join(decodeErr, err); err != nil {
+	if err = errors.Join(append(errs, err)...); err != nil {
 		rec = deadletter.Record{UUID: uuid, Payload: msg.Payload, Metadata: md, LastError: "not a millrace dead letter: " + err.Error()}
+	}
+	if len(typ) > 0 {
+		for _, k := range slices.Sorted(maps.Keys(md)) {
+			orig, ok := deadletter.OriginalKey(k)
+			if rec.Reason == "" {
+				orig, ok = k, true
+			}
+			if !ok {
+				continue
+			}
+			t := typ[k]
+			if t == "" {
+				t = "String"
+			}
+			rec.Native = append(rec.Native, deadletter.Field{Name: orig, Type: t, Value: []byte(md[k])})
+		}
 	}
 	e.Record = rec
 	return e
