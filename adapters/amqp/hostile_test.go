@@ -74,6 +74,12 @@ const hostileMaxAttempts = 3
 
 // runHostile publishes c's delivery and checks the invariants; it returns the handler calls.
 func runHostile(t *testing.T, qt amqp.QueueType, c hostileCase) []seen {
+	calls, _ := runHostileLetter(t, qt, c)
+	return calls
+}
+
+// runHostileLetter is runHostile that also returns the dead letter as read from the DLQ.
+func runHostileLetter(t *testing.T, qt amqp.QueueType, c hostileCase) ([]seen, amqp091.Delivery) {
 	ctx := context.Background()
 	topic := uniqueTopic("hostile")
 	a := newAdapter(ctx, t, amqp.Config{QueueType: qt, Topics: map[string]amqp.Topic{topic: {BindingKeys: []string{"orders.#", "ping"}}}})
@@ -168,7 +174,7 @@ func runHostile(t *testing.T, qt amqp.QueueType, c hostileCase) []seen {
 	case <-time.After(20 * time.Second):
 		t.Fatal("a plain message published afterwards was not handled: the consumer or the queue is gone")
 	}
-	return calls
+	return calls, letters[0]
 }
 
 func attemptNumbers(calls []seen) []int {
@@ -376,6 +382,40 @@ func TestOwnHistoryIsTrusted(t *testing.T) {
 		}
 		if _, ok := calls[2].metadata[millrace.HeaderAttempt]; ok {
 			t.Errorf("third attempt carries %s: it was copied, not rejected", millrace.HeaderAttempt)
+		}
+	})
+}
+
+// TestForeignHistoryKeptInDeadLetter: a delivery dead-lettered as it arrived (its forged history
+// claims it is past MaxAttempts) keeps its x-death in the dead letter, with its AMQP types: as
+// x-death when RabbitMQ's arithmetic could handle it (the DLQ has no dead-letter exchange, so
+// it is never applied there), under the escaped name millrace-dlq-esc.x-death when it could not
+// (a count of 2^63-1 wraps in RabbitMQ), which deadletter.FromMessage gives back as x-death.
+func TestForeignHistoryKeptInDeadLetter(t *testing.T) {
+	forEachQueueType(t, func(t *testing.T, qt amqp.QueueType) {
+		var topic string
+		forged := func(count int64) func(string) amqp091.Table {
+			return func(q string) amqp091.Table {
+				topic = q
+				return amqp091.Table{
+					millrace.HeaderAttempt: "9223372036854775807",
+					"x-death":              []any{death(q, "rejected", count, hostileKey)},
+				}
+			}
+		}
+		calls, d := runHostileLetter(t, qt, hostileCase{name: "harmless", maxCalls: 0, headers: forged(1)})
+		want := []any{death(topic, "rejected", int64(1), hostileKey)}
+		if len(calls) != 0 || !sameValue(d.Headers["x-death"], want) {
+			t.Errorf("%d calls; dead letter x-death %#v, want %#v", len(calls), d.Headers["x-death"], want)
+		}
+		calls, d = runHostileLetter(t, qt, hostileCase{name: "harmful", maxCalls: 0, headers: forged(math.MaxInt64)})
+		want = []any{death(topic, "rejected", int64(math.MaxInt64), hostileKey)}
+		if _, ok := d.Headers["x-death"]; ok || len(calls) != 0 || !sameValue(d.Headers[deadletter.EscapePrefix+"x-death"], want) {
+			t.Errorf("%d calls; dead letter headers %#v: want the x-death only under %sx-death", len(calls), d.Headers, deadletter.EscapePrefix)
+		}
+		msg, _ := amqp.Marshaler{}.Unmarshal(d)
+		if r, err := deadletter.FromMessage(msg); err != nil || !strings.Contains(r.Metadata["x-death"], "9223372036854775807") {
+			t.Errorf("record x-death %q (%v)", r.Metadata["x-death"], err)
 		}
 	})
 }

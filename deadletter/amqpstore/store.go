@@ -352,6 +352,11 @@ var deliveryKeys = []string{amqp.MetadataRoutingKey, amqp.MetadataDeliveryRoutin
 // decode turns a delivery into an Entry. A message that carries no valid record (published by
 // something else) is still returned, with an empty Reason and the decode error as LastError,
 // so an operator can see and purge it.
+//
+// Metadata holds every original header, a non-string one in the adapter Marshaler's text form
+// (decimal, RFC 3339, base64, JSON), so show prints it; such headers are also in Record.Native
+// with their AMQP type and exact encoding (see nativeHeaders), so that a replay that cannot
+// re-publish them exactly refuses the record rather than turn them into text.
 func (s *Store) decode(d amqp091.Delivery) deadletter.Entry {
 	msg, _ := s.cfg.Marshaler.Unmarshal(d) // never fails
 	for _, k := range deliveryKeys {
@@ -361,7 +366,12 @@ func (s *Store) decode(d amqp091.Delivery) deadletter.Entry {
 	rec, err := deadletter.FromMessage(msg)
 	if err != nil {
 		rec = deadletter.Record{UUID: msg.UUID, Payload: msg.Payload, Metadata: msg.Metadata, LastError: "not a millrace dead letter: " + err.Error()}
+	} else if !rec.LastFailureAt.IsZero() {
+		// The adapter keeps the original message's timestamp property; it writes the dead
+		// letter right after the last failure.
+		e.StoredAt = rec.LastFailureAt
 	}
+	rec.Native = nativeHeaders(d.Headers)
 	e.Record = rec
 	e.ID = ContentID(rec)
 	return e
