@@ -74,16 +74,43 @@
 // # Attempts
 //
 // Kafka keeps no delivery counter: the attempt lives in headers (see millrace.HeaderAttempt and
-// HeaderOriginalPartition, HeaderOriginalOffset). Headers are untrusted input. A missing attempt
-// header on the source topic is the first attempt. An attempt header that is present but not a
-// positive decimal integer, and a record on a retry topic without any attempt header, are
-// undecodable: the record is dead-lettered at once as malformed with its bytes unchanged, so no
+// HeaderOriginalPartition, HeaderOriginalOffset), read only on retry topics (see Untrusted
+// input): a record on the source topic is the first attempt. On a retry topic an attempt
+// header that is present but not a positive decimal integer, and a record without any attempt
+// header, are undecodable: the record is dead-lettered at once as malformed with its bytes unchanged, so no
 // header can buy a message more attempts than the policy allows. A huge attempt number is
 // dead-lettered as exhausted. Spring Kafka's headers are read when millrace's are absent:
 // retry_topic-attempts (4-byte, or in old versions 1-byte, big-endian), kafka_original-topic,
 // kafka_original-partition (4-byte big-endian), kafka_original-offset (8-byte big-endian),
-// retry_topic-backoff-timestamp and kafka_exception-message, so records retried by Spring
-// services keep their count.
+// retry_topic-backoff-timestamp and kafka_exception-message, so records moved onto a retry
+// topic with Spring's headers keep their count.
+//
+// # Untrusted input
+//
+// Everything a record carries is untrusted; on Kafka the rules hold as follows.
+//
+//   - Retry state is read only from millrace's retry topics (T.retry*). On the source topic a
+//     record is always attempt 1 of MaxAttempts: millrace-attempt, retry_topic-attempts, the
+//     origin, original-topic, first-attempt and last-error headers a producer sends there are
+//     its content, handed to the handler and kept in the dead letter, never state. A retry
+//     record keeps the source record's headers first, unchanged, and ends with millrace's
+//     state and HeaderOriginalHeaders (how many leading headers are the original's); attempt
+//     state is read only from the headers after that count, so copied content cannot pose as
+//     state either. A count that does not fit the record makes it malformed.
+//   - Attempt numbers saturate at MaxAttemptNumber and lie in [1, MaxAttempts] for the handler;
+//     no header yields more handler calls than MaxAttempts (NackDelay redeliveries included).
+//   - Decoding allocates in proportion to the headers present; there is no count to trust.
+//   - A dead letter of a consumed record holds the record exactly: the value, the key, and the
+//     original headers first, in order, with repeated names and binary values kept, each name
+//     escaped with deadletter.EscapeKey, then millrace's state and the source record's origin
+//     (HeaderOriginalPartition, HeaderOriginalOffset, HeaderOriginalTimestamp), the record keys,
+//     and KeyOriginalHeaders. A handler's changes to the message's metadata are not in it.
+//     deadletter/kafkastore gives the original headers back in Record.Native when they repeat
+//     a name.
+//
+// The one remaining limit: the retry topics are millrace's. A producer with write access to
+// T.retry* is trusted like millrace (its attempt headers count, still capped at MaxAttempts,
+// and an unreadable or missing one is malformed); restrict writes to them with ACLs.
 //
 // Redeliveries after a nack within one subscription count as attempts too (NativeCount), so a
 // record whose retry cannot be published still reaches its dead letter after MaxAttempts calls.

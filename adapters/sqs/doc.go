@@ -58,10 +58,42 @@
 // the metadata is packed, and reads back byte for byte; record fields that are not valid UTF-8
 // (a handler error text) get U+FFFD for the bad bytes. When the dead letter exceeds the
 // dead-letter queue's MaximumMessageSize (read from the queue, FallbackMaxMessageSize if it
-// cannot be), the adapter drops original metadata entries (largest first), then cuts record
-// fields other than reason and attempts (to 256, then 32 bytes), then keeps only reason and
-// attempts, and as a last resort sends the body alone; the record field KeyTrimmed lists what
-// was trimmed, and a warning is logged. The body is never altered.
+// cannot be), the adapter cuts record fields other than reason and attempts (to 256, then 32
+// bytes), then keeps only reason and attempts, then sends the original message alone, and as a
+// last resort drops original metadata entries (largest first); the record field KeyTrimmed
+// lists what was trimmed while a record is left, and a warning is logged. The body is never
+// altered.
+//
+// # Untrusted input
+//
+// Everything SQS hands over is untrusted; on SQS the rules hold as follows.
+//
+//   - The attempt number is SQS's own ApproximateReceiveCount, the only retry state: message
+//     attributes, millrace's or anyone's (millrace-attempt included), are content and never
+//     count. The count is read as decimal digits, saturating at MaxReceiveCount (past any
+//     MaxAttempts: exhausted); a count that is missing, zero, signed or not a number cannot be
+//     counted, and the message is dead-lettered as malformed rather than retried as attempt 1.
+//   - The delivery state (receipt handle, receive count, decode errors) passes from the
+//     unmarshaler to the subscriber beside the message, never in its metadata, so no
+//     attribute, packed or not, can forge or hide it.
+//   - Decoding allocates in proportion to the message: JSON and base64 of packed attributes,
+//     nothing sized by a claimed count.
+//   - A dead letter keeps the body byte for byte and every original attribute with its data
+//     type (String, Number, Binary, custom types such as String.json), individually or packed
+//     with AttrMetadataTypes; an attribute whose name starts with millrace-dlq- is written as
+//     deadletter.EscapeKey of it and never forges a record key. When the dead letter exceeds
+//     the dead-letter queue's MaximumMessageSize, the record gives way first (fields cut, then
+//     only reason and attempts), then the original travels whole without a record; original
+//     attributes are dropped only if the original alone does not fit.
+//
+// The one remaining limit: a message that already fills the dead-letter queue's
+// MaximumMessageSize (the 256 KiB default for both queues) leaves no room for the record, so
+// its dead letter is the original message alone (a warning is logged; deadletter/sqsstore
+// shows it as "not a millrace dead letter", content intact). Give the dead-letter queue a
+// larger MaximumMessageSize than the source queue (SQS allows 1 MiB) to keep the record too.
+// Attribute names millrace uses for packing (AttrMetadata, AttrMetadataBinary,
+// AttrMetadataTypes, AttrDeadLetterRecord, AttrUUID) are read as millrace's packing when a
+// foreign message uses them and they decode.
 //
 // # Give-up through SQS's RedrivePolicy
 //
