@@ -4,8 +4,16 @@
 //
 // Entry IDs are the stream entry IDs. Get is XRANGE id id, List pages with XRANGE from an
 // exclusive start and filters in Go (a stream has no secondary index), Delete is XDEL. Entries
-// have watermill-redisstream's layout (UUID, raw payload, msgpack metadata) plus the record's
-// millrace-dlq-* fields, exactly as adapters/redisstream's DeadLetter writes them.
+// have the layout adapters/redisstream's DeadLetter writes (package
+// adapters/redisstream/wire): the original entry's fields in their order, names starting with
+// millrace-dlq- escaped (deadletter.EscapeKey), then the record's millrace-dlq-* fields.
+//
+// Entries are read with their fields in stream order, repeated names included (go-redis's
+// XRange would return them as a map). When the original fields are exactly a Watermill message
+// (wire.Decode), the record holds its UUID, payload and metadata; otherwise Record.Native holds
+// every original field as it was, under its own name, and Payload and Metadata are empty. Nothing
+// is decoded with watermill-redisstream's Unmarshal, which allocates for lengths the input
+// claims.
 package redisstore
 
 import (
@@ -16,10 +24,10 @@ import (
 	"strings"
 	"time"
 
-	wmredis "github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/millrace/millrace/adapters/redisstream/wire"
 	"github.com/millrace/millrace/deadletter"
 )
 
@@ -72,31 +80,48 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// marshaller is watermill-redisstream's, as adapters/redisstream uses it.
-var marshaller = wmredis.DefaultMarshallerUnmarshaller{}
-
-// Put appends rec as adapters/redisstream's DeadLetter would. A stream cannot look a delivery
-// up, so writing the same record twice stores it twice.
+// Put appends rec as adapters/redisstream's DeadLetter would: its Native fields exactly when it
+// has some (escaped with deadletter.EscapeKey; a typed field, which a Redis entry cannot hold, is
+// refused with an error wrapping deadletter.ErrNotReplayable), else its payload and metadata in
+// watermill-redisstream's layout, then the record fields. A stream cannot look a delivery up, so
+// writing the same record twice stores it twice.
 func (s *Store) Put(ctx context.Context, rec deadletter.Record) (string, error) {
 	if !rec.Reason.Valid() {
 		return "", fmt.Errorf("redisstore: put: reason %q is not discarded, exhausted or malformed", rec.Reason)
 	}
-	orig := message.NewMessage(rec.UUID, rec.Payload)
-	for k, v := range rec.Metadata {
-		orig.Metadata[k] = v
+	var original []string
+	var err error
+	if rec.Native != nil {
+		if original, err = wire.FromNative(rec.Native); err != nil {
+			return "", fmt.Errorf("redisstore: put: %w: %w", deadletter.ErrNotReplayable, err)
+		}
+	} else {
+		orig := message.NewMessage(rec.UUID, rec.Payload)
+		for k, v := range rec.Metadata {
+			orig.Metadata[k] = v
+		}
+		if original, err = wire.Marshal(orig); err != nil {
+			return "", fmt.Errorf("redisstore: put: %w", err)
+		}
 	}
-	fields, err := marshaller.Marshal(s.stream, orig)
-	if err != nil {
-		return "", fmt.Errorf("redisstore: put: %w", err)
-	}
-	for k, v := range rec.Fields() {
-		fields[k] = v
-	}
-	id, err := s.client.XAdd(ctx, &redis.XAddArgs{Stream: s.stream, Values: fields}).Result()
+	id, err := s.client.XAdd(ctx, &redis.XAddArgs{Stream: s.stream, Values: wire.DeadLetterFields(original, rec)}).Result()
 	if err != nil {
 		return "", fmt.Errorf("redisstore: put to %s: %w", s.stream, err)
 	}
 	return id, nil
+}
+
+// xrange reads entries from start to end (at most count, 0 for all) with their fields in order.
+func (s *Store) xrange(ctx context.Context, start, end string, count int) ([]wire.Entry, error) {
+	args := []any{"XRANGE", s.stream, start, end}
+	if count > 0 {
+		args = append(args, "COUNT", count)
+	}
+	v, err := s.client.Do(ctx, args...).Result()
+	if err != nil {
+		return nil, err
+	}
+	return wire.ParseEntries(v)
 }
 
 // Get returns the entry with id.
@@ -104,7 +129,7 @@ func (s *Store) Get(ctx context.Context, id string) (deadletter.Entry, error) {
 	if err := checkID(id); err != nil {
 		return deadletter.Entry{}, err
 	}
-	msgs, err := s.client.XRange(ctx, s.stream, id, id).Result()
+	msgs, err := s.xrange(ctx, id, id, 0)
 	if err != nil {
 		return deadletter.Entry{}, s.wrap("get "+id, err)
 	}
@@ -132,7 +157,7 @@ func (s *Store) List(ctx context.Context, f deadletter.Filter, page deadletter.P
 	}
 	var out []deadletter.Entry
 	for {
-		msgs, err := s.client.XRangeN(ctx, s.stream, start, "+", scanBatch).Result()
+		msgs, err := s.xrange(ctx, start, "+", scanBatch)
 		if err != nil {
 			return nil, "", s.wrap("list", err)
 		}
@@ -168,7 +193,7 @@ func (s *Store) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
 	var n int64
 	start := "-"
 	for {
-		msgs, err := s.client.XRangeN(ctx, s.stream, start, "+", scanBatch).Result()
+		msgs, err := s.xrange(ctx, start, "+", scanBatch)
 		if err != nil {
 			return 0, s.wrap("count", err)
 		}
@@ -219,35 +244,42 @@ func checkID(id string) error {
 	return fmt.Errorf("%w: %q is not a stream entry id (<ms>-<seq>)", deadletter.ErrInvalidID, id)
 }
 
-// decode turns a dead-letter entry into an Entry. An entry that carries no valid record (written
+// decode turns a dead-letter entry into an Entry. Its original fields become the record's UUID,
+// Payload and Metadata when they are exactly a Watermill message, else its Native content (every
+// original field, in order, under its own name). An entry that carries no valid record (written
 // by something else) is still returned, with an empty Reason and the decode error as LastError,
-// so an operator can see and purge it.
-func decode(m redis.XMessage) deadletter.Entry {
+// so an operator can see and purge it; when even its record fields cannot be told apart (one
+// repeats), Native is every field as it is.
+func decode(m wire.Entry) deadletter.Entry {
 	e := deadletter.Entry{ID: m.ID, StoredAt: idTime(m.ID)}
-	text := map[string]any{}
-	for k, v := range m.Values {
-		if s, ok := v.(string); ok {
-			text[k] = s
-		}
-	}
-	msg, err := marshaller.Unmarshal(text)
-	if err != nil || msg == nil {
-		payload, _ := text["payload"].(string)
-		uuid, _ := text[wmredis.UUIDHeaderKey].(string)
-		msg = message.NewMessage(uuid, []byte(payload))
-	}
-	if msg.Metadata == nil {
-		msg.Metadata = message.Metadata{}
-	}
-	for k, v := range text {
-		if strings.HasPrefix(k, deadletter.KeyPrefix) {
-			msg.Metadata.Set(k, v.(string))
-		}
-	}
-	rec, err := deadletter.FromMessage(msg)
+	original, record, err := wire.SplitDeadLetter(m.Fields)
 	if err != nil {
-		e.Record = deadletter.Record{UUID: msg.UUID, Payload: msg.Payload, Metadata: msg.Metadata, LastError: "not a millrace dead letter: " + err.Error()}
+		e.Record = deadletter.Record{UUID: m.ID, Metadata: map[string]string{}, Native: wire.NativeFields(m.Fields),
+			LastError: "not a millrace dead letter: " + err.Error()}
 		return e
+	}
+	uuid, payload, md, werr := wire.Decode(original)
+	if uuid == "" {
+		uuid = m.ID
+	}
+	// Only the record fields go through FromMessage: the original metadata keys are the
+	// producer's, and one named like a record key must not be read as one.
+	recMsg := message.NewMessage(uuid, nil)
+	for k, v := range record {
+		recMsg.Metadata[k] = v
+	}
+	rec, err := deadletter.FromMessage(recMsg)
+	if err != nil {
+		rec = deadletter.Record{UUID: uuid, LastError: "not a millrace dead letter: " + err.Error()}
+	}
+	if werr != nil {
+		rec.Payload, rec.Metadata = nil, map[string]string{}
+		rec.Native = wire.NativeFields(original)
+	} else {
+		rec.Payload, rec.Metadata = []byte(payload), md
+		if rec.Metadata == nil {
+			rec.Metadata = map[string]string{}
+		}
 	}
 	e.Record = rec
 	return e

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/redisstream"
+	"github.com/millrace/millrace/adapters/redisstream/wire"
 	"github.com/millrace/millrace/deadletter"
 	"github.com/millrace/millrace/deadletter/redisstore"
 	"github.com/millrace/millrace/deadletter/storetest"
@@ -153,4 +156,120 @@ func TestReadsAdapterDeadLetters(t *testing.T) {
 	if n, _ := c.XLen(context.Background(), a.DeadLetterTopic(stream)).Result(); n != 0 {
 		t.Fatalf("XLEN after Delete = %d", n)
 	}
+}
+
+func nativeOf(fields ...string) []deadletter.Field {
+	var out []deadletter.Field
+	for i := 0; i+1 < len(fields); i += 2 {
+		out = append(out, deadletter.Field{Name: fields[i], Value: []byte(fields[i+1])})
+	}
+	return out
+}
+
+// rawFields reads one entry's fields in stream order.
+func rawFields(t *testing.T, c *redis.Client, stream, id string) []string {
+	t.Helper()
+	v, err := c.Do(context.Background(), "XRANGE", stream, id, id).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := wire.ParseEntries(v)
+	if err != nil || len(e) != 1 {
+		t.Fatalf("XRANGE %s: %v %v", id, e, err)
+	}
+	return e[0].Fields
+}
+
+// TestForeignDeadLetterReadsAsNative is defect 7 (issue 12) at the store: a dead letter of an
+// entry that is not a Watermill message (fields user=u-5, event=legacy, as the
+// redis-streams-notifications example writes one) used to read back with an empty payload and
+// no metadata, the fields lost. Its record now carries every original field, in stream order,
+// repeated names and binary values included, escaped names given back.
+func TestForeignDeadLetterReadsAsNative(t *testing.T) {
+	c := client(t)
+	stream := uniqueStream() + ".dlq"
+	delAtCleanup(t, c, stream)
+	s, _ := redisstore.New(c, stream)
+	rec := storetest.Sample(1, "notifications", deadletter.Malformed)
+	rec.Payload, rec.Metadata = nil, nil
+	for _, orig := range [][]string{
+		{"user", "u-5", "event", "legacy"},
+		{"b", "\x00\xff", "a", "1", "a", "2", deadletter.KeyReason, "forged", deadletter.EscapePrefix + "x", "y"},
+	} {
+		id, err := c.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: wire.DeadLetterFields(orig, rec)}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := s.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := storetest.Equal(e.Record, rec); diff != "" {
+			t.Errorf("record: %s", diff)
+		}
+		if !reflect.DeepEqual(e.Record.Native, nativeOf(orig...)) {
+			t.Errorf("Native %q, want %q", e.Record.Native, nativeOf(orig...))
+		}
+	}
+}
+
+// TestPutNativeWritesTheFieldsExactly: a record with Native content is stored as those fields in
+// order (names starting with millrace-dlq- escaped) plus the record fields, and reads back
+// equal; a typed field (another broker's header) is refused.
+func TestPutNativeWritesTheFieldsExactly(t *testing.T) {
+	c := client(t)
+	stream := uniqueStream() + ".dlq"
+	delAtCleanup(t, c, stream)
+	s, _ := redisstore.New(c, stream)
+	rec := storetest.Sample(2, "notifications", deadletter.Malformed)
+	rec.Payload, rec.Metadata = nil, map[string]string{}
+	orig := []string{"z", "1", deadletter.KeyAttempts, "99", "z", "\xff"}
+	rec.Native = nativeOf(orig...)
+	id, err := s.Put(context.Background(), rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := rawFields(t, c, stream, id)
+	want := []string{"z", "1", deadletter.EscapePrefix + deadletter.KeyAttempts, "99", "z", "\xff"}
+	if !slices.Equal(raw[:len(want)], want) {
+		t.Fatalf("stored fields start %q, want %q", raw[:len(want)], want)
+	}
+	e, err := s.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := storetest.Equal(e.Record, rec); diff != "" || !reflect.DeepEqual(e.Record.Native, rec.Native) {
+		t.Fatalf("read back: %s; Native %q, want %q", diff, e.Record.Native, rec.Native)
+	}
+	rec.Native = []deadletter.Field{{Name: "x-death", Type: "table", Value: []byte("..")}}
+	if _, err := s.Put(context.Background(), rec); !errors.Is(err, deadletter.ErrNotReplayable) {
+		t.Fatalf("Put of a typed native field: %v, want ErrNotReplayable", err)
+	}
+}
+
+// TestMetadataKeysNamedLikeRecordKeysAreKept: a message whose own metadata has a key named like
+// a record key keeps it, and it forges nothing (it used to be dropped on reading).
+func TestMetadataKeysNamedLikeRecordKeysAreKept(t *testing.T) {
+	c := client(t)
+	stream := uniqueStream() + ".dlq"
+	delAtCleanup(t, c, stream)
+	s, _ := redisstore.New(c, stream)
+	rec := storetest.Sample(3, "orders", deadletter.Exhausted)
+	rec.Metadata[deadletter.KeyReason] = "discarded"
+	rec.Metadata[deadletter.KeyAttempts] = "0"
+	id := must(s.Put(context.Background(), rec))
+	e, err := s.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := storetest.Equal(e.Record, rec); diff != "" || e.Record.Native != nil {
+		t.Fatalf("read back: %s (Native %q)", diff, e.Record.Native)
+	}
+}
+
+func must(id string, err error) string {
+	if err != nil {
+		panic(err)
+	}
+	return id
 }
