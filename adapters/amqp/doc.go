@@ -26,7 +26,8 @@
 // # Retries
 //
 // A Retry below MaxAttempts whose delay is d1 (every retry of a Fixed backoff, as in the field
-// report's single 3-second tier) is rejected without requeue: RabbitMQ dead-letters the message
+// report's single 3-second tier) of a delivery whose history is trusted (see Untrusted input)
+// is rejected without requeue: RabbitMQ dead-letters the message
 // into T.retry, records it in x-death, and the TTL brings it back. A retry with another delay
 // cannot be routed by the broker (x-dead-letter-routing-key is one per queue), so the adapter
 // publishes a copy to that tier with confirms and acks the original; the copy carries the next
@@ -38,6 +39,63 @@
 // as mandatory with publisher confirms, then acked. If the broker nacks it or returns it as
 // unroutable, the original is not acked: it is requeued after Config.RequeueDelay. Any nack other
 // than a scheduled retry requeues.
+//
+// # Untrusted input
+//
+// Everything a delivery carries is untrusted: a producer that is not millrace can set any
+// header, x-death included, and RabbitMQ 3.10 trusts a client-set x-death (it keeps
+// incrementing its counts, runs its cycle detection on it, and its queue process crashes on a
+// count that is not an integer). The adapter therefore holds to these rules:
+//
+//   - Decoding never fails and allocates in proportion to the headers present. Attempt numbers
+//     are summed with saturation: an attempt is at least 1 and never wraps, so a count of 2^63-1
+//     or a millrace-attempt of 2^63-1 makes the delivery exhausted (dead-lettered without a
+//     handler call), never attempt 1 again. Only positive integer counts for the work queue
+//     count; negative, zero, non-integer and foreign-queue counts add nothing.
+//   - A delivery's dead-letter history is trusted only when it has exactly the shape millrace's
+//     own topology writes: no x-death, or x-death entries for (T, "rejected") and for (a retry
+//     tier of T, "expired"), each once, with RabbitMQ's field types and integer counts in
+//     [1, 2^31-1], and x-first-death-* naming one of them. Only a trusted delivery is ever
+//     rejected into T.retry. Any other history (a foreign queue, another reason for T such as
+//     expired, maxlen or delivery_limit, a mistyped or out-of-range count, a malformed entry)
+//     takes the confirmed fresh-copy path of the other tiers: a copy without the foreign x-death,
+//     carrying millrace-attempt and millrace-original-key, published with confirms to the tier,
+//     then the original is acked. So a forged history can neither buy attempts, nor make RabbitMQ
+//     drop the message as a dead-letter cycle (classic) or hold it in T.retry forever (quorum),
+//     nor crash the queue. The handler is called at most MaxAttempts times (a redelivery after a
+//     crash aside, as below). A quorum queue's own delivery_limit entry is handled the same way,
+//     since next to a rejection it can also look like a cycle to RabbitMQ.
+//   - The original routing key is the millrace-original-key header of a copy, else the first
+//     routing key of T's oldest x-death entry, chosen by its time (then reason, then key), never
+//     by the entry's place in the array (RabbitMQ reorders arrays of three or more entries), and
+//     never from another queue's entry; else the delivery's own key. It is the same on every
+//     attempt.
+//   - Retry copies and dead letters keep the delivery's body byte for byte, every header with its
+//     AMQP type and value (int, table, array, bytes, timestamp, decimal, ...) unless the handler
+//     changed its text in metadata, and its properties (content-type, content-encoding,
+//     correlation-id, reply-to, type, app-id, message-id, priority, timestamp). Two properties are
+//     not kept: expiration (it would expire the copy early in a tier, or drop the dead letter from
+//     the DLQ; RabbitMQ removes it when it dead-letters, too) and user-id (RabbitMQ refuses a
+//     user-id that is not the publishing connection's user). millrace's own keys
+//     (millrace-attempt, ..., millrace-dlq-*) are always written as text by millrace, so no
+//     foreign header takes their place, and a foreign header starting with millrace-dlq- is
+//     written to the DLQ as millrace-dlq-esc.<name> (deadletter.EscapeKey).
+//   - A retry copy never carries x-death, x-first-death-* or x-delivery-count. A dead letter keeps
+//     them as they arrived: T.dlq has no dead-letter exchange, so RabbitMQ never applies its
+//     dead-letter arithmetic there. An x-death that arithmetic could not handle (a count that is
+//     not a long in [1, 2^31-1], a malformed entry) is kept as millrace-dlq-esc.x-death instead,
+//     so that even an operator policy adding a dead-letter exchange to T.dlq cannot trip over it;
+//     deadletter.FromMessage gives it back as x-death. A dead letter of a delivery that went
+//     through the fresh-copy path holds the history millrace's copies collected, not the foreign
+//     x-death of the first delivery.
+//
+// Remaining limits. Classic queues: a delivery RabbitMQ redelivers (consumer crash, requeue)
+// counts one attempt however often it happens, so a crash loop is not bounded by MaxAttempts
+// (quorum queues bound it with x-delivery-count and the delivery limit). Both queue types: a
+// producer can still forge a history of the trusted shape (say x-death (T, "rejected", 2)); it
+// is then counted like millrace's own, which can only cost that producer's message attempts,
+// never add any, and RabbitMQ handles it safely. On quorum queues x-delivery-count is counted
+// as returns whoever set it, with the same effect (a positive integer only).
 //
 // # Classic queues lose retries when dead-lettering fails: prefer quorum queues
 //
@@ -52,9 +110,9 @@
 //
 // # Attempt
 //
-// Attempt.Number = base + rejections + returns, where base is the millrace-attempt header of a
-// republished copy (else 1), rejections is the sum of the x-death counts for T with reason
-// "rejected" or "delivery_limit", and returns is the quorum queue's x-delivery-count (a consumer
+// Attempt.Number = base + rejections + returns (summed with saturation), where base is the
+// millrace-attempt header of a republished copy (else 1), rejections is the sum of the positive
+// integer x-death counts for T with reason "rejected" or "delivery_limit", and returns is the quorum queue's x-delivery-count (a consumer
 // crash or requeue; such returns are counted until the next trip through a retry queue, which
 // starts a new queue entry). Classic queues keep no delivery counter: there returns is 1 when
 // RabbitMQ flags the delivery redelivered (metadata MetadataRedelivered is "true"), else 0. That
@@ -65,8 +123,9 @@
 // SQS, and a message a classic queue redelivers many times still counts one. On quorum queues the router
 // refuses a policy with more attempts than the delivery limit, so millrace gives up before the
 // broker does. Attempt.OriginalKey is the original routing key: the millrace-original-key header
-// of a republished copy, else the first routing key of the oldest x-death entry, else the
-// delivery's. Attempt.FirstAttemptAt comes from the oldest x-death entry of T (whole seconds).
+// of a republished copy, else the first routing key of T's oldest x-death entry (by time, see
+// Untrusted input), else the delivery's. Attempt.FirstAttemptAt comes from the oldest x-death
+// entry of T (whole seconds).
 // The previous error is not carried (CarriesLastError is false): a rejected message cannot be
 // given new headers.
 //

@@ -15,8 +15,9 @@ import (
 // chooses the routing key and the property keys become AMQP properties; the other keys here
 // describe one delivery and are never written back as headers.
 const (
-	// MetadataRoutingKey is the ORIGINAL routing key on every attempt: the first routing key of
-	// the oldest x-death entry, or the millrace-original-key header of a republished retry, or
+	// MetadataRoutingKey is the ORIGINAL routing key on every attempt: the millrace-original-key
+	// header of a republished retry, or the first routing key of the work queue's oldest x-death
+	// entry (by time, not array position; see the package documentation), or
 	// the delivery's own key. Dispatch on it: after a trip through a retry tier the delivery's
 	// own key is the queue name. On publish it is the routing key (default: the topic).
 	MetadataRoutingKey = "amqp-routing-key"
