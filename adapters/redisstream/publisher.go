@@ -9,6 +9,7 @@ import (
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/redisstream/wire"
+	"github.com/millrace/millrace/deadletter"
 )
 
 // publishChunk bounds one pipeline, so a large Publish call does not buffer everything at once.
@@ -51,3 +52,25 @@ func (p *publisher) publish(ctx context.Context, stream string, msgs []*message.
 
 // Close does nothing: the adapter owns the connection.
 func (p *publisher) Close() error { return nil }
+
+var _ deadletter.NativePublisher = (*Adapter)(nil)
+
+// PublishNative appends one entry to stream with exactly fields, in their order (repeated names
+// included): the Native content of a dead letter read by deadletter/redisstore, re-published as
+// the entry first arrived. It refuses, with an error wrapping deadletter.ErrNotReplayable,
+// content a Redis entry cannot hold exactly: no field at all, or a typed field (another
+// broker's header). Config.MaxLen applies as for Publish.
+func (a *Adapter) PublishNative(ctx context.Context, stream string, fields []deadletter.Field) error {
+	if a.isClosed() {
+		return fmt.Errorf("redisstream: publish to %s: %w", stream, millrace.ErrClosed)
+	}
+	f, err := wire.FromNative(fields)
+	if err != nil {
+		return fmt.Errorf("redisstream: publish to %s: %w: %w", stream, deadletter.ErrNotReplayable, err)
+	}
+	args := &redis.XAddArgs{Stream: stream, Values: f, MaxLen: a.cfg.MaxLen, Approx: a.cfg.MaxLen > 0}
+	if err := a.client.XAdd(ctx, args).Err(); err != nil {
+		return fmt.Errorf("redisstream: publish to %s: %w", stream, err)
+	}
+	return nil
+}

@@ -30,7 +30,16 @@ func openRedis(ctx context.Context, u *url.URL) (Broker, error) {
 	return &redisBroker{a: a}, nil
 }
 
+var _ deadletter.NativePublisher = (*redisBroker)(nil)
+
 func (b *redisBroker) Publisher() message.Publisher { return b.a.Publisher() }
+
+// PublishNative re-publishes a dead letter's Native content (a Redis entry that was not a
+// Watermill message): one XADD of exactly those fields, in their order, repeated names included.
+// Typed fields (another broker's headers) are refused with deadletter.ErrNotReplayable.
+func (b *redisBroker) PublishNative(ctx context.Context, topic string, fields []deadletter.Field) error {
+	return b.a.PublishNative(ctx, topic, fields)
+}
 
 // TopicExists reports whether topic is an existing stream: XADD would create a missing one,
 // with no consumer group to read the replay.

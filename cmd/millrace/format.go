@@ -35,6 +35,19 @@ type entryJSON struct {
 	PayloadSize    int               `json:"payload_size"`
 	Payload        []byte            `json:"payload,omitempty"`
 	PayloadText    *string           `json:"payload_text,omitempty"`
+	// Native is the original content where Payload and Metadata cannot hold it (a Redis entry
+	// that was not a Watermill message): every field in the broker's order. In show only.
+	Native []fieldJSON `json:"native,omitempty"`
+}
+
+// fieldJSON is one native field: value base64 always, and as text too when it is valid UTF-8;
+// the name as text, and base64 too when it is not valid UTF-8 (JSON text would alter it).
+type fieldJSON struct {
+	Name       string  `json:"name"`
+	NameBase64 []byte  `json:"name_base64,omitempty"`
+	Type       string  `json:"type,omitempty"`
+	Value      []byte  `json:"value"`
+	ValueText  *string `json:"value_text,omitempty"`
 }
 
 func toJSON(e deadletter.Entry, withPayload bool) entryJSON {
@@ -56,6 +69,20 @@ func toJSON(e deadletter.Entry, withPayload bool) entryJSON {
 		if utf8.Valid(r.Payload) {
 			s := string(r.Payload)
 			j.PayloadText = &s
+		}
+		for _, f := range r.Native {
+			fj := fieldJSON{Name: f.Name, Type: f.Type, Value: f.Value}
+			if fj.Value == nil {
+				fj.Value = []byte{}
+			}
+			if !utf8.ValidString(f.Name) {
+				fj.NameBase64 = []byte(f.Name)
+			}
+			if utf8.Valid(f.Value) {
+				s := string(f.Value)
+				fj.ValueText = &s
+			}
+			j.Native = append(j.Native, fj)
 		}
 	}
 	return j
@@ -81,7 +108,8 @@ func writeTable(w io.Writer, entries []deadletter.Entry) error {
 	return tw.Flush()
 }
 
-// writeDetail prints one entry: its fields, metadata, and payload as text or a hex dump.
+// writeDetail prints one entry: its fields, metadata, and payload as text or a hex dump; for a
+// record with Native content, every native field in order instead of payload and metadata.
 func writeDetail(w io.Writer, e deadletter.Entry) {
 	r := e.Record
 	field := func(name, v string) { fmt.Fprintf(w, "%-15s %s\n", name+":", v) }
@@ -104,6 +132,10 @@ func writeDetail(w io.Writer, e deadletter.Entry) {
 		field("Stored", formatTime(e.StoredAt))
 	}
 	field("Last error", strconv.Quote(r.LastError))
+	if r.Native != nil {
+		writeNative(w, r.Native)
+		return
+	}
 	fmt.Fprintf(w, "Metadata (%d):\n", len(r.Metadata))
 	for _, k := range slices.Sorted(maps.Keys(r.Metadata)) {
 		fmt.Fprintf(w, "  %s: %s\n", quoteIfNeeded(k), quoteIfNeeded(r.Metadata[k]))
@@ -113,6 +145,29 @@ func writeDetail(w io.Writer, e deadletter.Entry) {
 		return
 	}
 	fmt.Fprintf(w, "Payload (%d bytes, binary, hex dump):\n%s", len(r.Payload), hex.Dump(r.Payload))
+}
+
+// writeNative prints native fields raw, in the broker's order: a name or value that is printable
+// UTF-8 text as it is, any other as a Go-quoted string marked (quoted), so that every byte shows.
+func writeNative(w io.Writer, fields []deadletter.Field) {
+	fmt.Fprintf(w, "Native fields (%d, in broker order; not a Watermill message, so no payload or metadata; "+
+		"a name or value that is not printable UTF-8 is shown Go-quoted and marked (quoted)):\n", len(fields))
+	for i, f := range fields {
+		name := rawText(f.Name)
+		if f.Type != "" {
+			name += " [" + rawText(f.Type) + "]"
+		}
+		fmt.Fprintf(w, "  %d. %s = %s\n", i+1, name, rawText(string(f.Value)))
+	}
+}
+
+// rawText returns s as it is when it is printable UTF-8 text on one line, else quoted (%q) and
+// marked.
+func rawText(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) && !strings.HasSuffix(s, " (quoted)") {
+		return s
+	}
+	return strconv.Quote(s) + " (quoted)"
 }
 
 func formatTime(t time.Time) string {

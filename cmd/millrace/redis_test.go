@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/redisstream"
+	"github.com/millrace/millrace/adapters/redisstream/wire"
 	"github.com/millrace/millrace/deadletter/redisstore"
 	"github.com/millrace/millrace/deadletter/sink"
 	"github.com/millrace/millrace/internal/testenv"
@@ -176,5 +179,75 @@ func TestEndToEndTableStoreOverRedis(t *testing.T) {
 	waitUntil(t, "the replayed message handled", func() bool { return f.handledCount() == 1 })
 	if n := count(t, store); n != 0 {
 		t.Fatalf("%d dead letters in the table after replay", n)
+	}
+}
+
+// TestRedisForeignEntryShownAndReplayedExactly is defect 7 (issue 12) through the CLI: a foreign
+// entry (user=u-5, event=legacy, a repeated name and a binary value) is dead-lettered as
+// malformed. `dlq show` used to print "Payload (0 bytes)" and "Metadata (0)", and `dlq replay
+// --reason malformed --reset-history` published an empty payload and deleted the dead letter.
+// Now show prints every field raw, in order; a replay to a broker that cannot re-publish the
+// fields exactly refuses the record, keeps it and exits 1; a replay to Redis appends exactly
+// the original fields and only then deletes the dead letter.
+func TestRedisForeignEntryShownAndReplayedExactly(t *testing.T) {
+	f := newRedisFixture(t, nil)
+	ctx := context.Background()
+	foreign := []string{"user", "u-5", "event", "legacy", "user", "u-6", "blob", "\x00\xff"}
+	if err := f.c.XAdd(ctx, &redis.XAddArgs{Stream: f.stream, Values: foreign}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	dlq := f.a.DeadLetterTopic(f.stream)
+	waitUntil(t, "the foreign entry's dead letter", func() bool { return f.c.XLen(ctx, dlq).Val() == 1 })
+
+	c := newCLI(t, "unused", newMemBroker(t, f.stream))
+	out := c.listJSON("--store", redisURL(), "--topic", f.stream, "--reason", "malformed")
+	if out.Total != 1 {
+		t.Fatalf("list: %+v", out)
+	}
+	id := out.Entries[0].ID
+	show := c.ok("dlq", "show", id, "--store", redisURL(), "--topic", f.stream)
+	for _, want := range []string{"Native fields (4, in broker order", "  1. user = u-5\n", "  2. event = legacy\n",
+		"  3. user = u-6\n", `  4. blob = "\x00\xff" (quoted)` + "\n"} {
+		if !strings.Contains(show, want) {
+			t.Errorf("show lacks %q:\n%s", want, show)
+		}
+	}
+	if strings.Contains(show, "Payload (0 bytes)") {
+		t.Errorf("show prints an empty payload for native content:\n%s", show)
+	}
+	var js entryJSON
+	if err := json.Unmarshal([]byte(c.ok("dlq", "show", id, "--json", "--store", redisURL(), "--topic", f.stream)), &js); err != nil {
+		t.Fatal(err)
+	}
+	if len(js.Native) != 4 || string(js.Native[3].Value) != "\x00\xff" || js.Native[2].Name != "user" || *js.Native[2].ValueText != "u-6" {
+		t.Fatalf("show --json native: %+v", js.Native)
+	}
+
+	// The memory broker cannot re-publish Redis fields: refused, kept, exit 1.
+	r := c.run("", "dlq", "replay", "--store", redisURL(), "--topic", f.stream, "--reason", "malformed", "--reset-history", "--broker", "mem://")
+	if r.code != 1 || !strings.Contains(r.stderr, "refused "+id) || !strings.Contains(r.stderr, "cannot be re-published exactly") {
+		t.Fatalf("replay to mem://: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if n := f.c.XLen(ctx, dlq).Val(); n != 1 {
+		t.Fatalf("refused dead letter not kept: %d left", n)
+	}
+
+	// Redis re-publishes the fields exactly (to a stream no router consumes, to compare them).
+	target := f.stream + ".replayed"
+	if err := f.c.XGroupCreateMkStream(ctx, target, "g", "$").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.c.Del(context.Background(), target) })
+	c.ok("dlq", "replay", "--store", redisURL(), "--topic", f.stream, "--reason", "malformed", "--reset-history", "--to-topic", target)
+	v, err := f.c.Do(ctx, "XRANGE", target, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := wire.ParseEntries(v)
+	if err != nil || len(got) != 1 || !slices.Equal(got[0].Fields, foreign) {
+		t.Fatalf("replayed entry %q (%v), want exactly %q", got, err, foreign)
+	}
+	if n := f.c.XLen(ctx, dlq).Val(); n != 0 {
+		t.Fatalf("%d dead letters after the exact replay, want 0", n)
 	}
 }

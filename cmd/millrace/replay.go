@@ -18,6 +18,7 @@ import (
 // replayItem is one dead letter selected for replay.
 type replayItem struct {
 	id, target string
+	native     bool // the record has Native content: only a deadletter.NativePublisher replays it
 }
 
 // replay re-publishes dead letters to their original topic (or --to-topic) through a broker's
@@ -25,6 +26,12 @@ type replayItem struct {
 // replay stopped half-way (error, Ctrl-C) loses nothing: what was not re-published is still in
 // the store. The worst case is the one in between: published, then the deletion failed; that
 // dead letter stays in the store and a second replay publishes it again (at-least-once).
+//
+// A dead letter whose record has Native content (a Redis entry that was not a Watermill
+// message) is re-published exactly, field for field, through the broker's
+// deadletter.NativePublisher, whatever the history flag says (the content is the producer's,
+// not millrace's). A broker that cannot do so refuses it: the dead letter stays in the store,
+// the others are replayed, and the command exits non-zero naming the refused ones.
 func (a *app) replay(ctx context.Context, args []string, sio stdio) error {
 	fs := newFlagSet("replay", sio.err)
 	var (
@@ -109,6 +116,13 @@ func (a *app) replay(ctx context.Context, args []string, sio stdio) error {
 		for _, t := range slices.Sorted(maps.Keys(targets)) {
 			fmt.Fprintf(sio.out, "  %d -> %s\n", targets[t], t)
 		}
+		if _, ok := broker.(deadletter.NativePublisher); !ok && broker != nil {
+			for _, it := range items {
+				if it.native {
+					fmt.Fprintf(sio.out, "  would refuse %s: %s\n", it.id, errNoNativeReplay)
+				}
+			}
+		}
 		fmt.Fprintln(sio.out, "nothing was published or deleted")
 		return nil
 	}
@@ -127,7 +141,7 @@ func selectForReplay(ctx context.Context, store deadletter.Store, ids []string, 
 		if t == "" {
 			return fmt.Errorf("dead letter %s has no original topic; name one with --to-topic", e.ID)
 		}
-		items = append(items, replayItem{id: e.ID, target: t})
+		items = append(items, replayItem{id: e.ID, target: t, native: e.Record.Native != nil})
 		return nil
 	}
 	if len(ids) > 0 {
@@ -168,7 +182,9 @@ func (a *app) runReplay(ctx context.Context, sio stdio, store deadletter.Store, 
 	}
 	bar := newProgress(sio.out, a.isTerminal(sio.out), "replay", len(items), a.now)
 	pub := broker.Publisher()
+	native, _ := broker.(deadletter.NativePublisher)
 	var replayed, gone int
+	var refused []string
 	stopped := func(err error) error {
 		bar.finish()
 		return fmt.Errorf("replay stopped after %d of %d (%d already gone): %w; the rest are still in the store", replayed, len(items), gone, err)
@@ -189,12 +205,30 @@ func (a *app) runReplay(ctx context.Context, sio stdio, store deadletter.Store, 
 		if err != nil {
 			return stopped(err)
 		}
-		msg := deadletter.ReplayMessage(e.Record, history)
-		if p, ok := broker.(replayPreparer); ok {
-			p.prepareReplay(e.Record, msg)
-		}
-		if err := pub.Publish(it.target, msg); err != nil {
-			return stopped(fmt.Errorf("publish %s to %q: %w", it.id, it.target, err))
+		if e.Record.Native != nil {
+			// Content Payload and Metadata cannot hold (a Redis entry that was not a Watermill
+			// message): re-published exactly as it arrived, or refused and kept.
+			err := errNoNativeReplay
+			if native != nil {
+				err = native.PublishNative(ctx, it.target, e.Record.Native)
+			}
+			if errors.Is(err, deadletter.ErrNotReplayable) {
+				refused = append(refused, it.id)
+				fmt.Fprintf(sio.err, "refused %s, kept in the store: %v\n", it.id, err)
+				bar.add(1)
+				continue
+			}
+			if err != nil {
+				return stopped(fmt.Errorf("publish %s to %q: %w", it.id, it.target, err))
+			}
+		} else {
+			msg := deadletter.ReplayMessage(e.Record, history)
+			if p, ok := broker.(replayPreparer); ok {
+				p.prepareReplay(e.Record, msg)
+			}
+			if err := pub.Publish(it.target, msg); err != nil {
+				return stopped(fmt.Errorf("publish %s to %q: %w", it.id, it.target, err))
+			}
 		}
 		// The message is out: delete its dead letter even if Ctrl-C arrives right now, or the
 		// next replay would publish it again.
@@ -214,8 +248,15 @@ func (a *app) runReplay(ctx context.Context, sio stdio, store deadletter.Store, 
 		fmt.Fprintf(sio.out, "; %d were already gone", gone)
 	}
 	fmt.Fprintln(sio.out)
+	if len(refused) > 0 {
+		return fmt.Errorf("%d dead letters refused and kept in the store (%s): %w", len(refused), strings.Join(refused, ", "), deadletter.ErrNotReplayable)
+	}
 	return nil
 }
+
+// errNoNativeReplay is why a record with Native content is refused by a broker that cannot
+// re-publish it exactly (it is no deadletter.NativePublisher).
+var errNoNativeReplay = fmt.Errorf("%w: its original content is native broker fields (not a whole message), and this broker cannot re-publish them exactly; replay it to the broker it came from", deadletter.ErrNotReplayable)
 
 // isTableStore reports whether a --store URL names the PostgreSQL table store.
 func isTableStore(raw string) bool {
