@@ -66,7 +66,8 @@ type Config struct {
 	// It is also the largest read and claim batch. Default 64.
 	Window int
 	// ReadBlock is how long one XREADGROUP waits for new entries. It bounds how long closing a
-	// subscription takes. Default 250 ms.
+	// subscription takes. Default 250 ms. A wait is also kept below half the client's
+	// ReadTimeout (XREADGROUP is sent with Do, which go-redis does not give a longer timeout).
 	ReadBlock time.Duration
 	// ProcessingBudget is the longest a live consumer holds an entry; see the type's
 	// documentation. Default 30 s.

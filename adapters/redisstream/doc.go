@@ -4,12 +4,42 @@
 //
 // # Wire format
 //
-// Entries use watermill-redisstream's layout (v1.4.5, its DefaultMarshallerUnmarshaller is
-// reused as is): field "_watermill_message_uuid" (text), "payload" (raw bytes) and "metadata"
-// (a msgpack map, empty without metadata). Watermill producers and consumers interoperate with
-// this adapter. An entry without a UUID or payload field, or with metadata that is not a msgpack
-// map, is delivered with millrace.WithDecodeError: the stack dead-letters it intact as
-// Malformed without calling the handler.
+// Entries use watermill-redisstream's layout (v1.4.5; its marshaller writes them): field
+// "_watermill_message_uuid" (text), "payload" (raw bytes) and "metadata" (a msgpack map, empty
+// without metadata). Watermill producers and consumers interoperate with this adapter. Package
+// wire holds the format, shared with deadletter/redisstore.
+//
+// # Untrusted input
+//
+// Everything an entry holds is untrusted: millrace does not assume its producer is millrace.
+//
+//   - Entries are read with their fields in the order Redis keeps them, repeated names included
+//     (XREADGROUP and XCLAIM are sent with Do and parsed by wire.ParseRead; go-redis's typed
+//     replies are maps, which lose both).
+//   - An entry is a message only when it is exactly a Watermill message: one UUID field, one
+//     payload field, at most one metadata field, nothing else, in any order. The metadata must be
+//     a msgpack map of str/bin to str/bin with distinct keys and no trailing bytes (an empty
+//     field or a msgpack nil is no metadata). Decoding allocates in proportion to the bytes
+//     present: a map or item that claims more than its remaining bytes can hold is malformed at
+//     once (a five-byte map32 header claiming 2^32-1 entries used to be a fatal out-of-memory
+//     error). watermill-redisstream's own decoder is never used on entries: it allocates up to
+//     1 MiB for a bare str32 header, and reads a nil item as "", keeps the last of repeated
+//     keys and ignores trailing bytes, so content would reach the handler incomplete.
+//   - Any other entry (a foreign producer's fields, a repeated or extra field, unreadable
+//     metadata) is delivered with millrace.WithDecodeError and dead-lettered as Malformed without
+//     calling the handler, with every field byte for byte and in order (see Dead letters). Its
+//     consumer goes on with the entries behind it.
+//   - No content sets millrace state. The attempt is the PEL delivery count, kept by Redis; the
+//     retry schedule and ownership (consumer and delivery count, checked in Lua) are Redis state
+//     a producer cannot write through an entry; millrace-* headers in the metadata (attempt,
+//     not-before) are ordinary metadata here. A top-level field named millrace-dlq-* is foreign
+//     content like any other: Subscriber never reads it as a record field, and a dead letter
+//     keeps it under deadletter.EscapeKey of its name. Only DeadLetterSubscriber, meant for
+//     dead-letter streams, reads record fields.
+//
+// Remaining limit: an entry's size is bounded only by Redis (proto-max-bulk-len, 512 MB by
+// default, per value); the consumer holds each entry it reads whole in memory, its Window
+// entries at a time.
 //
 // # Attempts
 //
@@ -84,10 +114,13 @@
 // cluster. This is derived from the cluster specification and unit-tested on the key names
 // only; the adapter has not been run against a Redis Cluster.
 //
-// Field order is canonical (UUID, payload, metadata,
-// other fields sorted, then the record's), since go-redis does not keep the original order.
-// Reading a dead-letter stream through Subscribe merges the record fields into the metadata, so
-// deadletter.FromMessage decodes it. Scheduled or pending entries that were trimmed or deleted
+// The original fields keep their order and repeated names; a name starting with
+// deadletter.KeyPrefix is written as deadletter.EscapeKey of it; the record's fields follow,
+// sorted by name (wire.DeadLetterFields). Reading a dead-letter stream through
+// DeadLetterSubscriber merges the record fields into the metadata (original keys escaped), so
+// deadletter.FromMessage decodes it; deadletter/redisstore reads the same entries as records, a
+// foreign original as Record.Native. Adapter.PublishNative re-publishes such content exactly
+// (`millrace dlq replay` uses it). Scheduled or pending entries that were trimmed or deleted
 // from the stream (XCLAIM returns nothing for them) are acknowledged and counted in
 // Stats.DeletedPending, never retried.
 //
