@@ -58,10 +58,13 @@ func ReplayMessage(rec Record, h History) *message.Message {
 // needs a NativePublisher of its own broker, and the target has none.
 var ErrNotReplayable = errors.New("deadletter: record cannot be re-published exactly")
 
-// NativePublisher is implemented by a broker client that can re-publish a record's Native
-// content exactly as the broker first held it (a Redis stream entry's fields, in order). A
-// replay of a record with Native content must use it, or refuse the record and keep it.
+// NativePublisher is implemented by a broker client that can re-publish a record's original
+// content exactly as the broker first held it: rec.Native with rec.Payload where the broker
+// keeps a body apart from the native fields (a Redis entry's fields in order; a Kafka record's
+// value and repeated headers; an AMQP body with typed headers; an SQS body with typed
+// attributes). A replay of a record with Native content must use it, or refuse the record and
+// keep it.
 type NativePublisher interface {
-	// PublishNative appends fields, exactly, to topic.
-	PublishNative(ctx context.Context, topic string, fields []Field) error
+	// PublishNative publishes rec's original content, exactly, to topic.
+	PublishNative(ctx context.Context, topic string, rec Record) error
 }

@@ -53,8 +53,6 @@ func (p *publisher) publish(ctx context.Context, stream string, msgs []*message.
 // Close does nothing: the adapter owns the connection.
 func (p *publisher) Close() error { return nil }
 
-var _ deadletter.NativePublisher = (*Adapter)(nil)
-
 // PublishNative appends one entry to stream with exactly fields, in their order (repeated names
 // included): the Native content of a dead letter read by deadletter/redisstore, re-published as
 // the entry first arrived. It refuses, with an error wrapping deadletter.ErrNotReplayable,

@@ -37,8 +37,8 @@ func (b *redisBroker) Publisher() message.Publisher { return b.a.Publisher() }
 // PublishNative re-publishes a dead letter's Native content (a Redis entry that was not a
 // Watermill message): one XADD of exactly those fields, in their order, repeated names included.
 // Typed fields (another broker's headers) are refused with deadletter.ErrNotReplayable.
-func (b *redisBroker) PublishNative(ctx context.Context, topic string, fields []deadletter.Field) error {
-	return b.a.PublishNative(ctx, topic, fields)
+func (b *redisBroker) PublishNative(ctx context.Context, topic string, rec deadletter.Record) error {
+	return b.a.PublishNative(ctx, topic, rec.Native)
 }
 
 // TopicExists reports whether topic is an existing stream: XADD would create a missing one,

@@ -210,7 +210,7 @@ func (a *app) runReplay(ctx context.Context, sio stdio, store deadletter.Store, 
 			// message): re-published exactly as it arrived, or refused and kept.
 			err := errNoNativeReplay
 			if native != nil {
-				err = native.PublishNative(ctx, it.target, e.Record.Native)
+				err = native.PublishNative(ctx, it.target, e.Record)
 			}
 			if errors.Is(err, deadletter.ErrNotReplayable) {
 				refused = append(refused, it.id)
