@@ -103,8 +103,11 @@
 //   - A dead letter of a consumed record holds the record exactly: the value, the key, and the
 //     original headers first, in order, with repeated names and binary values kept, each name
 //     escaped with deadletter.EscapeKey, then millrace's state and the source record's origin
-//     (HeaderOriginalPartition, HeaderOriginalOffset, HeaderOriginalTimestamp), the record keys,
-//     and KeyOriginalHeaders. A handler's changes to the message's metadata are not in it.
+//     (HeaderOriginalPartition, HeaderOriginalOffset, HeaderOriginalTimestamp) under the names
+//     the original headers do not carry (a foreign header keeps its name and value alone: state
+//     never doubles or overrides it), the record keys with the origin again as KeyOriginTopic,
+//     KeyOriginPartition and KeyOriginOffset (unforgeable; DeadLetterOrigin reads them), and
+//     KeyOriginalHeaders. A handler's changes to the message's metadata are not in it.
 //     deadletter/kafkastore gives the original headers back in Record.Native when they repeat
 //     a name.
 //

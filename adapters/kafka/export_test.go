@@ -11,3 +11,6 @@ func SaramaConfig(cfg Config) *sarama.Config { return cfg.withDefaults().saramaC
 
 // PendingFactor times MaxInFlight is how many records of a partition may wait unmarked.
 const PendingFactor = pendingFactor
+
+// Group returns the adapter's consumer group.
+func (a *Adapter) Group() string { return a.cfg.ConsumerGroup }

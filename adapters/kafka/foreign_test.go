@@ -159,8 +159,13 @@ func TestForeignRecordOnSourceTopic(t *testing.T) {
 	if r.Reason != deadletter.Exhausted || r.Attempts != scenarioAttempts || r.OriginalTopic != topic {
 		t.Fatalf("record %+v", r)
 	}
-	if o, ok := kafka.OriginFromMetadata(message.Metadata(r.Metadata)); !ok || o != (kafka.Origin{Topic: topic, Partition: part, Offset: off}) {
+	if o, ok := kafka.DeadLetterOrigin(msg.Metadata); !ok || o != (kafka.Origin{Topic: topic, Partition: part, Offset: off}) {
 		t.Fatalf("origin %+v (%v), want %s-%d@%d", o, ok, topic, part, off)
+	}
+	// The forged origin headers are the record's content, kept with their own values: millrace's
+	// origin state never overrides them.
+	if r.Metadata[kafka.HeaderOriginalOffset] != "7" || r.Metadata[kafka.HeaderOriginalPartition] != "0" || r.Metadata[millrace.HeaderOriginalTopic] != "payments" {
+		t.Fatalf("original headers overridden in the dead letter: %v", r.Metadata)
 	}
 
 	// The dead-letter store gives the original headers back exactly.

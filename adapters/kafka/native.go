@@ -30,6 +30,31 @@ const HeaderOriginalTimestamp = "millrace-kafka-original-timestamp"
 // ignores it; deadletter/kafkastore reads it to give back the original headers exactly.
 const KeyOriginalHeaders = deadletter.KeyPrefix + "kafka-original-headers"
 
+// Record keys of a dead letter that name the source record its retries descend from (topic,
+// partition, offset, decimal), next to the record keys of deadletter.Record. Unlike the
+// HeaderOriginal* state headers, which a foreign record may carry as content, they are in the
+// record's own namespace: no original header can forge them (see deadletter.EscapeKey).
+// DeadLetterOrigin reads them.
+const (
+	KeyOriginTopic     = deadletter.KeyPrefix + "kafka-origin-topic"
+	KeyOriginPartition = deadletter.KeyPrefix + "kafka-origin-partition"
+	KeyOriginOffset    = deadletter.KeyPrefix + "kafka-origin-offset"
+)
+
+// DeadLetterOrigin returns the source record a dead letter descends from, from its record keys
+// KeyOriginTopic, KeyOriginPartition and KeyOriginOffset (md is the dead-letter message's
+// metadata as received, before deadletter.FromMessage), and false when they are absent or
+// unreadable.
+func DeadLetterOrigin(md message.Metadata) (Origin, bool) {
+	t := md.Get(KeyOriginTopic)
+	p, perr := strconv.ParseInt(md.Get(KeyOriginPartition), 10, 32)
+	off, oerr := strconv.ParseInt(md.Get(KeyOriginOffset), 10, 64)
+	if t == "" || perr != nil || oerr != nil || p < 0 || off < 0 {
+		return Origin{}, false
+	}
+	return Origin{Topic: t, Partition: int32(p), Offset: off}, true
+}
+
 // NativeHeader is the deadletter.Field Type of an original Kafka record header in
 // Record.Native.
 const NativeHeader = "kafka.header"
@@ -151,8 +176,11 @@ func retryHeaders(d *delivery, uuid string, state message.Metadata) []sarama.Rec
 
 // deadLetterHeaders returns the headers of the dead letter of d's record: the source record's
 // own headers in order (names escaped with deadletter.EscapeKey, values unchanged), then the
-// record's millrace retry state and origin, the record keys of rec, the UUID where the
-// original headers do not carry it, and KeyOriginalHeaders.
+// record's millrace retry state and origin under the names the original headers do not carry
+// (a foreign header of the same name is content and keeps it alone), the record keys of rec
+// and the origin as record keys (KeyOriginTopic, KeyOriginPartition, KeyOriginOffset, which no
+// original header can forge), the UUID where the original headers do not carry it, and
+// KeyOriginalHeaders.
 func deadLetterHeaders(d *delivery, rec deadletter.Record) []sarama.RecordHeader {
 	state := maps.Clone(headersMetadata(d.state))
 	if state == nil {
@@ -165,11 +193,21 @@ func deadLetterHeaders(d *delivery, rec deadletter.Record) []sarama.RecordHeader
 		}
 	}
 	fields := rec.Fields()
+	if o, ok := OriginFromMetadata(state); ok {
+		fields[KeyOriginTopic] = o.Topic
+		fields[KeyOriginPartition] = strconv.FormatInt(int64(o.Partition), 10)
+		fields[KeyOriginOffset] = strconv.FormatInt(o.Offset, 10)
+	}
+	original := make(map[string]struct{}, len(d.orig))
 	b := headerBuilder{buf: make([]byte, 0, headerBytes(d.orig)+512+len(rec.LastError)), hs: make([]sarama.RecordHeader, 0, len(d.orig)+len(state)+len(fields)+2)}
 	for _, h := range d.orig {
 		b.addRaw(h, true)
+		original[string(h.Key)] = struct{}{}
 	}
 	for _, k := range slices.Sorted(maps.Keys(state)) {
+		if _, taken := original[k]; taken {
+			continue // the original's header keeps its name: state never doubles or overrides it
+		}
 		if k != wmkafka.UUIDHeaderKey && k != HeaderOriginalHeaders {
 			b.add(deadletter.EscapeKey(k), state[k])
 		}

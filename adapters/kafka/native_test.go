@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
+	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/millrace/millrace"
@@ -129,15 +131,27 @@ func FuzzRecordHeaders(f *testing.F) {
 				t.Fatalf("dead letter header %d: %q=%q, want %q=%q", i, back[i].Name, back[i].Value, h.Key, h.Value)
 			}
 		}
-		got, err := deadletter.FromMessage(toMessage(&sarama.ConsumerMessage{Headers: dl}))
+		dlMsg := toMessage(&sarama.ConsumerMessage{Headers: dl})
+		got, err := deadletter.FromMessage(dlMsg)
 		if err != nil || got.Reason != rec.Reason || got.Attempts != n || got.OriginalTopic != "t" || got.UUID != "uuid-1" {
 			t.Fatalf("dead letter record %+v, %v", got, err)
 		}
+		// millrace's state never overrides an original header: each original name reads back
+		// with the original's (last) value.
+		for _, h := range orig {
+			k := string(h.Key)
+			if k == wmkafka.UUIDHeaderKey || strings.HasPrefix(k, deadletter.KeyPrefix) {
+				continue
+			}
+			if v, _ := lastValue(orig, k); got.Metadata[k] != v {
+				t.Fatalf("dead letter metadata %q = %q, the original header says %q", k, got.Metadata[k], v)
+			}
+		}
 		if !retry {
-			if o, ok := OriginFromMetadata(message.Metadata(got.Metadata)); !ok || o != (Origin{Topic: "t", Partition: 1, Offset: 2}) {
+			if o, ok := DeadLetterOrigin(dlMsg.Metadata); !ok || o != (Origin{Topic: "t", Partition: 1, Offset: 2}) {
 				t.Fatalf("origin %+v %v", o, ok)
 			}
-			if got.Metadata[HeaderOriginalTimestamp] != strconv.FormatInt(1700000000000, 10) {
+			if _, forged := lastValue(orig, HeaderOriginalTimestamp); !forged && got.Metadata[HeaderOriginalTimestamp] != strconv.FormatInt(1700000000000, 10) {
 				t.Fatalf("timestamp %q", got.Metadata[HeaderOriginalTimestamp])
 			}
 		}
