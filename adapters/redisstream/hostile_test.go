@@ -3,6 +3,7 @@ package redisstream
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -72,6 +73,10 @@ func (harness) ForeignCases() []conformance.ForeignCase {
 			FieldMetadata, metadataOf(map[string]string{deadletter.KeyReason: "discarded"})),
 		rawCase("binary payload, fields in reverse order", k(conformance.KindBinaryPayload),
 			FieldMetadata, "", FieldPayload, "\x00\xff\xfe\x80", FieldUUID, "u-1"),
+		// Not the size limit (see NotApplicable), but large enough that the dead-letter script
+		// and the raw reply parser carry megabytes, binary, through every step.
+		rawCase("8 MiB binary payload", nil,
+			FieldUUID, "u-big", FieldPayload, strings.Repeat("\x00\xfe\x80x", 2<<20), FieldMetadata, ""),
 	}
 }
 
