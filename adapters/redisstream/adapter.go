@@ -211,9 +211,7 @@ func (a *Adapter) Close() error {
 		subs = append(subs, s)
 	}
 	a.mu.Unlock()
-	for _, s := range subs {
-		s.stop()
-	}
+	stopAll(subs)
 	close(a.closing) // after the loops: they flush their clean-up against a live acker
 	a.bg.Wait()
 	var err error

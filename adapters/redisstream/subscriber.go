@@ -55,8 +55,6 @@ func (s *subscriber) Close() error {
 	subs := s.subs
 	s.subs = nil
 	s.mu.Unlock()
-	for _, sub := range subs {
-		sub.stop()
-	}
+	stopAll(subs)
 	return nil
 }

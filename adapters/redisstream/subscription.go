@@ -78,10 +78,16 @@ func newSubscription(parent context.Context, a *Adapter, stream string, deadLett
 	return s
 }
 
-// stop ends the loop and waits until the message channel is closed.
-func (s *subscription) stop() {
-	s.cancel()
-	<-s.loopDone
+// stopAll ends the loops of subs and waits until their message channels are closed. It stops
+// them all at once: each may be waiting out a blocking read, so cancelling them one after
+// another would add those waits up (3.6 s for 20 subscriptions).
+func stopAll(subs []*subscription) {
+	for _, s := range subs {
+		s.cancel()
+	}
+	for _, s := range subs {
+		<-s.loopDone
+	}
 }
 
 // run is the subscription's goroutine.
