@@ -296,20 +296,34 @@ func clip(s string) string {
 
 // DecodeAttributes reads SQS message attributes as the adapter's subscriber does: metadata byte
 // for byte (AttrUUID left out), packed attributes unpacked; types holds the data type of every
-// value whose attribute was not a plain String. An attribute that does not decode is kept
-// under its own name as text and reported in errs. deadletter/sqsstore reads dead letters
+// value whose attribute was not a plain String. Only a String attribute under a packing name is
+// read as packing (millrace writes no other); one of another type is an attribute like any
+// other. A packed attribute that does not decode is kept under its own name, value and type
+// unchanged, and reported in errs. deadletter/sqsstore reads dead letters
 // with it.
 func DecodeAttributes(attrs map[string]awstypes.MessageAttributeValue) (md message.Metadata, types map[string]string, errs []error) {
 	md, types = message.Metadata{}, map[string]string{}
 	var packedTypes map[string]string
+	keep := func(k string, v awstypes.MessageAttributeValue) {
+		s, t := attrValue(v)
+		md[k] = s
+		if t != wmsqs.AWSStringDataType {
+			types[k] = t
+		}
+	}
 	for k, v := range attrs {
-		switch k {
-		case AttrUUID:
-		case AttrMetadata, AttrDeadLetterRecord, AttrMetadataTypes:
+		packing := aws.ToString(v.DataType) == wmsqs.AWSStringDataType
+		switch {
+		case k == AttrUUID:
+		case !packing:
+			// millrace packs only into String attributes: one of another type under a packing
+			// name is a foreign attribute like any other, kept with its type and bytes.
+			keep(k, v)
+		case k == AttrMetadata || k == AttrDeadLetterRecord || k == AttrMetadataTypes:
 			var packed map[string]string
 			if err := json.Unmarshal([]byte(aws.ToString(v.StringValue)), &packed); err != nil {
 				errs = append(errs, fmt.Errorf("attribute %s: %w", k, err))
-				md[k] = aws.ToString(v.StringValue)
+				keep(k, v)
 				continue
 			}
 			if k == AttrMetadataTypes {
@@ -317,11 +331,11 @@ func DecodeAttributes(attrs map[string]awstypes.MessageAttributeValue) (md messa
 				continue
 			}
 			maps.Copy(md, packed)
-		case AttrMetadataBinary:
+		case k == AttrMetadataBinary:
 			var packed map[string]string
 			if err := json.Unmarshal([]byte(aws.ToString(v.StringValue)), &packed); err != nil {
 				errs = append(errs, fmt.Errorf("attribute %s: %w", k, err))
-				md[k] = aws.ToString(v.StringValue)
+				keep(k, v)
 				continue
 			}
 			for pk, pv := range packed {
@@ -336,11 +350,7 @@ func DecodeAttributes(attrs map[string]awstypes.MessageAttributeValue) (md messa
 				}
 			}
 		default:
-			s, t := attrValue(v)
-			md[k] = s
-			if t != wmsqs.AWSStringDataType {
-				types[k] = t
-			}
+			keep(k, v)
 		}
 	}
 	for k, t := range packedTypes {

@@ -204,3 +204,27 @@ func TestReceiveCountSaturates(t *testing.T) {
 		}
 	}
 }
+
+// A foreign attribute under a packing name that is not a String (millrace packs only into
+// String attributes) is content: kept with its bytes and type, not read as packing. A String
+// one that is not JSON is kept whole too, and reported.
+func TestDecodeAttributesPackingNameOfAnotherType(t *testing.T) {
+	raw := []byte{0xde, 0xad, 0x00, 0xbe, 0xef}
+	md, typeOf, errs := DecodeAttributes(map[string]types.MessageAttributeValue{
+		AttrMetadata:         {DataType: aws.String("Binary"), BinaryValue: raw},
+		AttrDeadLetterRecord: {DataType: aws.String("Number"), StringValue: aws.String("7")},
+		AttrMetadataTypes:    {DataType: aws.String("String"), StringValue: aws.String("{not json")},
+	})
+	if len(errs) != 1 {
+		t.Fatalf("errs %v, want one, for %s", errs, AttrMetadataTypes)
+	}
+	if md[AttrMetadata] != string(raw) || typeOf[AttrMetadata] != "Binary" {
+		t.Fatalf("%s = %q (%s), want the Binary bytes", AttrMetadata, md[AttrMetadata], typeOf[AttrMetadata])
+	}
+	if md[AttrDeadLetterRecord] != "7" || typeOf[AttrDeadLetterRecord] != "Number" {
+		t.Fatalf("%s = %q (%s), want Number 7", AttrDeadLetterRecord, md[AttrDeadLetterRecord], typeOf[AttrDeadLetterRecord])
+	}
+	if md[AttrMetadataTypes] != "{not json" {
+		t.Fatalf("%s = %q, want it kept", AttrMetadataTypes, md[AttrMetadataTypes])
+	}
+}
