@@ -93,7 +93,8 @@
 // larger MaximumMessageSize than the source queue (SQS allows 1 MiB) to keep the record too.
 // Attribute names millrace uses for packing (AttrMetadata, AttrMetadataBinary,
 // AttrMetadataTypes, AttrDeadLetterRecord, AttrUUID) are read as millrace's packing when a
-// foreign message uses them and they decode.
+// foreign message uses them as String attributes and they decode (an attribute of another
+// type under such a name, or one that does not decode, is kept as it is).
 //
 // # Give-up through SQS's RedrivePolicy
 //
