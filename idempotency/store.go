@@ -99,12 +99,26 @@ func (o StoreOptions) validate() error {
 
 // processedKey names the lease record of key.
 func (o StoreOptions) processedKey(key string) string {
-	return o.Prefix + "processed:{" + key + "}"
+	return o.Prefix + "processed:{" + tagged(key) + "}"
 }
 
 // sentKey names the fan-out progress set of key.
 func (o StoreOptions) sentKey(key string) string {
-	return o.Prefix + "sent:{" + key + "}"
+	return o.Prefix + "sent:{" + tagged(key) + "}"
+}
+
+// tagged returns the text written between the braces of key's record names. Redis Cluster
+// hashes the text between the first '{' and the first '}' after it, unless that text is
+// empty: a key starting with '}' would give an empty tag, so each record name would hash whole
+// and the lease and its fan-out set would land in different slots (MarkSent then fails with
+// CROSSSLOT). Such a key, and for the mapping to stay one-to-one every key starting with '~',
+// gets a '~' in front; every other key is written as it is, so record names do not change for
+// them. The tag is then never empty and the same for both record names.
+func tagged(key string) string {
+	if key != "" && (key[0] == '}' || key[0] == '~') {
+		return "~" + key
+	}
+	return key
 }
 
 // RecipientHash returns the SHA-256 hex digest under which a recipient is stored, so that device
