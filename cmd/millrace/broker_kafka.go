@@ -16,14 +16,16 @@ import (
 )
 
 // kafkaBroker is Kafka through adapters/kafka: replays are acknowledged (acks=all) publishes
-// keyed by the dead letter's original key, and dead letters are read from the adapter's
+// keyed by the dead letter's original key (Native content re-published exactly, see
+// PublishNative), and dead letters are read from the adapter's
 // dead-letter topics with removed marks in "<dlq>.replayed" (package kafkastore).
 type kafkaBroker struct {
 	a      *kafka.Adapter
 	client sarama.Client
 
-	mu   sync.Mutex
-	keys map[string]string // message UUID -> record key of the replay being published
+	mu       sync.Mutex
+	keys     map[string]string   // message UUID -> record key of the replay being published
+	producer sarama.SyncProducer // for PublishNative, connected on first use
 }
 
 // openKafka connects to kafka://host:port[,host:port...], the URL form of
@@ -64,6 +66,53 @@ func (b *kafkaBroker) prepareReplay(rec deadletter.Record, msg *message.Message)
 	b.mu.Unlock()
 }
 
+// PublishNative re-publishes a dead letter's Native content exactly (the original record's
+// headers in order, repeated names and binary values kept, as deadletter/kafkastore gives them
+// back): one record with rec.Payload as its value, rec.OriginalKey as its key (none when
+// empty), and exactly those headers, acknowledged by the brokers (acks=all). Fields that are
+// not Kafka headers (another broker's) are refused with deadletter.ErrNotReplayable. The
+// record carries no UUID header unless the original did: it is the original, not a copy
+// millrace made.
+func (b *kafkaBroker) PublishNative(ctx context.Context, topic string, rec deadletter.Record) error {
+	headers := make([]sarama.RecordHeader, 0, len(rec.Native))
+	for _, f := range rec.Native {
+		if f.Type != kafka.NativeHeader {
+			return fmt.Errorf("%w: field %q is of type %q, not a Kafka header", deadletter.ErrNotReplayable, f.Name, f.Type)
+		}
+		headers = append(headers, sarama.RecordHeader{Key: []byte(f.Name), Value: f.Value})
+	}
+	p, err := b.nativeProducer()
+	if err != nil {
+		return err
+	}
+	pm := &sarama.ProducerMessage{Topic: topic, Headers: headers}
+	if rec.Payload != nil {
+		pm.Value = sarama.ByteEncoder(rec.Payload)
+	}
+	if rec.OriginalKey != "" {
+		pm.Key = sarama.StringEncoder(rec.OriginalKey)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	_, _, err = p.SendMessage(pm)
+	return err
+}
+
+// nativeProducer returns the producer of PublishNative, connecting it on first use.
+func (b *kafkaBroker) nativeProducer() (sarama.SyncProducer, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.producer == nil {
+		p, err := sarama.NewSyncProducerFromClient(b.client)
+		if err != nil {
+			return nil, fmt.Errorf("connect a producer: %w", err)
+		}
+		b.producer = p
+	}
+	return b.producer, nil
+}
+
 // TopicExists reports whether topic is in the cluster metadata: the adapter never creates a
 // topic on publish, and a publish to a missing topic would fail after Sarama's retries.
 func (b *kafkaBroker) TopicExists(_ context.Context, topic string) (bool, error) {
@@ -78,6 +127,11 @@ func (b *kafkaBroker) DeadLetters(_ context.Context, dlq string) (deadletter.Sto
 
 func (b *kafkaBroker) Close() error {
 	err := b.a.Close()
+	b.mu.Lock()
+	if b.producer != nil {
+		_ = b.producer.Close()
+	}
+	b.mu.Unlock()
 	_ = b.client.Close()
 	return err
 }
