@@ -26,7 +26,7 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 	var err error
 	if d := deliveryFrom(msg.Context()); d != nil {
 		topic = d.attempt.OriginalTopic
-		pub, err = a.marshaler.copyOf(d.raw, rec.Message(), true)
+		pub, err = a.marshaler.copyOf(d.raw, topic, rec.Message(), true)
 	} else {
 		pub, err = a.marshaler.Marshal(rec.Message())
 	}

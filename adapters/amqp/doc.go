@@ -80,22 +80,29 @@
 //     (millrace-attempt, ..., millrace-dlq-*) are always written as text by millrace, so no
 //     foreign header takes their place, and a foreign header starting with millrace-dlq- is
 //     written to the DLQ as millrace-dlq-esc.<name> (deadletter.EscapeKey).
-//   - A retry copy never carries x-death, x-first-death-* or x-delivery-count. A dead letter keeps
-//     them as they arrived: T.dlq has no dead-letter exchange, so RabbitMQ never applies its
-//     dead-letter arithmetic there. An x-death that arithmetic could not handle (a count that is
-//     not a long in [1, 2^31-1], a malformed entry) is kept as millrace-dlq-esc.x-death instead,
-//     so that even an operator policy adding a dead-letter exchange to T.dlq cannot trip over it;
-//     deadletter.FromMessage gives it back as x-death. A dead letter of a delivery that went
-//     through the fresh-copy path holds the history millrace's copies collected, not the foreign
-//     x-death of the first delivery.
+//   - A retry copy never carries x-death, x-first-death-* or x-delivery-count. A dead letter holds
+//     them as the producer sent them: T.dlq has no dead-letter exchange, so RabbitMQ never applies
+//     its dead-letter arithmetic there. An x-death that arithmetic could not handle (a count that
+//     is not a long in [1, 2^31-1], a malformed entry) is kept as millrace-dlq-esc.x-death
+//     instead, so that even an operator policy adding a dead-letter exchange to T.dlq cannot trip
+//     over it; deadletter.FromMessage gives it back as x-death. The first retry copy of a delivery
+//     whose history is the producer's keeps it, typed, under millrace-amqp-saved.<name> (names
+//     RabbitMQ ignores), and the dead letter puts it back under its own name. The history RabbitMQ
+//     wrote while millrace retried the message (a delivery back from one of T's tiers, with a
+//     history of millrace's shape) is retry state, not content: the dead letter holds it under
+//     HeaderHistoryPrefix + name (millrace-amqp-history.x-death, ...), so a message sent without
+//     an x-death has none in its dead letter.
 //
 // Remaining limits. Classic queues: a delivery RabbitMQ redelivers (consumer crash, requeue)
 // counts one attempt however often it happens, so a crash loop is not bounded by MaxAttempts
 // (quorum queues bound it with x-delivery-count and the delivery limit). Both queue types: a
 // producer can still forge a history of the trusted shape (say x-death (T, "rejected", 2)); it
 // is then counted like millrace's own, which can only cost that producer's message attempts,
-// never add any, and RabbitMQ handles it safely. On quorum queues x-delivery-count is counted
-// as returns whoever set it, with the same effect (a positive integer only).
+// never add any, and RabbitMQ handles it safely; once RabbitMQ has merged millrace's retries
+// into it, its dead letter shows it under millrace-amqp-history.* as retry state, not under
+// x-death. A producer header named millrace-amqp-saved.<a broker-owned name> is taken as
+// millrace's saved history in the same way. On quorum queues x-delivery-count is counted as
+// returns whoever set it, with the same effect (a positive integer only).
 //
 // # Classic queues lose retries when dead-lettering fails: prefer quorum queues
 //

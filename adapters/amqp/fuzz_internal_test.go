@@ -314,8 +314,9 @@ func FuzzHeaderText(f *testing.F) {
 
 // FuzzMarshalerUnmarshal: any delivery unmarshals (no error), with the body unchanged and
 // every header in metadata; a retry copy carries no broker-owned header and restores every
-// other foreign header with its AMQP type; a dead letter keeps them all (escaped where needed),
-// and an x-death RabbitMQ could not handle only under the escaped name.
+// other foreign header with its AMQP type and saves the producer's broker-owned ones; a dead
+// letter keeps them all (escaped where needed), an x-death RabbitMQ could not handle only under
+// the escaped name, and a history millrace's tiers wrote only under HeaderHistoryPrefix.
 func FuzzMarshalerUnmarshal(f *testing.F) {
 	f.Add([]byte{3, 1, 2, 3, 4, 9, 9, 9}, "mid", []byte("body"))
 	f.Add([]byte{0xff, 0xfe, 0, 1}, "", []byte{0, 0xff})
@@ -339,16 +340,20 @@ func FuzzMarshalerUnmarshal(f *testing.F) {
 				t.Fatalf("header %s: metadata %q, want %q", k, msg.Metadata[k], headerText(v))
 			}
 		}
-		cp, err := m.copyOf(d, msg, false)
+		cp, err := m.copyOf(d, fuzzQueue, msg, false)
 		if err != nil {
 			t.Fatal(err)
 		}
+		own := ownHistory(h, fuzzQueue)
 		for k, v := range h {
 			_, got := cp.Headers[k]
 			switch {
 			case brokerOwned(k):
 				if got {
 					t.Fatalf("retry copy carries broker-owned %s", k)
+				}
+				if saved, ok := cp.Headers[savedPrefix+k]; own == ok || (ok && !sameAMQP(saved, v)) {
+					t.Fatalf("retry copy of a delivery with history own=%v: %s%s = %#v (present %v), want %#v", own, savedPrefix, k, saved, ok, v)
 				}
 			case k == m.uuidHeader(), millraceKey(k):
 			default:
@@ -358,7 +363,7 @@ func FuzzMarshalerUnmarshal(f *testing.F) {
 			}
 		}
 		rec := deadletter.Record{UUID: msg.UUID, Payload: msg.Payload, Metadata: msg.Metadata, Reason: deadletter.Exhausted, Attempts: 1}
-		dl, err := m.copyOf(d, rec.Message(), true)
+		dl, err := m.copyOf(d, fuzzQueue, rec.Message(), true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -367,7 +372,9 @@ func FuzzMarshalerUnmarshal(f *testing.F) {
 		}
 		for k, v := range h {
 			key := deadletter.EscapeKey(k)
-			if k == headerXDeath {
+			if brokerOwned(k) && own {
+				key = HeaderHistoryPrefix + k // millrace's retry history, not the producer's
+			} else if k == headerXDeath {
 				if xd, ok := v.([]any); !ok || !harmlessDeaths(xd) {
 					key = deadletter.EscapePrefix + k
 				}

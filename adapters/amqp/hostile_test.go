@@ -419,3 +419,39 @@ func TestForeignHistoryKeptInDeadLetter(t *testing.T) {
 		}
 	})
 }
+
+// TestDeadLetterHoldsProducerHistory: a dead letter is the message as the producer sent it. A
+// delivery whose foreign x-death cannot be trusted goes through a retry copy, which RabbitMQ
+// must not see with that x-death; the dead letter still holds it exactly (escaped when
+// RabbitMQ could not handle it), and never the history RabbitMQ wrote while millrace retried
+// the message under the producer's names (x-death, x-first-death-*): that goes under
+// millrace-amqp-history.*. A message that arrived without a history has none in its dead letter.
+func TestDeadLetterHoldsProducerHistory(t *testing.T) {
+	forEachQueueType(t, func(t *testing.T, qt amqp.QueueType) {
+		var topic string
+		calls, d := runHostileLetter(t, qt, hostileCase{name: "negative", maxCalls: hostileMaxAttempts, headers: func(q string) amqp091.Table {
+			topic = q
+			return amqp091.Table{"x-death": []any{death(q, "rejected", int64(-5), hostileKey)}, "x-first-death-queue": "elsewhere"}
+		}})
+		want := []any{death(topic, "rejected", int64(-5), hostileKey)}
+		if len(calls) != hostileMaxAttempts || !sameValue(d.Headers[deadletter.EscapePrefix+"x-death"], want) || d.Headers["x-first-death-queue"] != "elsewhere" {
+			t.Errorf("%d calls; dead letter headers %#v: want the producer's x-death under %sx-death, x-first-death-queue elsewhere", len(calls), d.Headers, deadletter.EscapePrefix)
+		}
+		if _, ok := d.Headers["x-death"]; ok {
+			t.Errorf("dead letter x-death %#v: the producer sent no harmless x-death", d.Headers["x-death"])
+		}
+		if _, ok := d.Headers["millrace-amqp-history.x-death"]; !ok {
+			t.Errorf("dead letter headers %#v: want millrace's retry history under millrace-amqp-history.x-death", d.Headers)
+		}
+
+		calls, d = runHostileLetter(t, qt, hostileCase{name: "none", maxCalls: hostileMaxAttempts, headers: func(string) amqp091.Table { return nil }})
+		for k := range d.Headers {
+			if k == "x-death" || strings.HasPrefix(k, "x-first-death-") || k == deadletter.EscapePrefix+"x-death" {
+				t.Errorf("dead letter of a message sent without a history holds %s = %#v", k, d.Headers[k])
+			}
+		}
+		if len(calls) != hostileMaxAttempts {
+			t.Errorf("%d calls, want %d", len(calls), hostileMaxAttempts)
+		}
+	})
+}

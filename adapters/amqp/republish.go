@@ -30,7 +30,15 @@ import (
 // under deadletter.EscapePrefix + "x-death", so no later dead-lettering (an operator policy
 // adding a dead-letter exchange to the DLQ) can trip over it, and deadletter.FromMessage gives
 // it back under its own name.
-func (m Marshaler) copyOf(raw amqp091.Delivery, msg *message.Message, dead bool) (amqp091.Publishing, error) {
+//
+// The broker-owned headers of a delivery are someone's dead-letter history: the producer's, as
+// it arrived, or the one RabbitMQ wrote while millrace retried the message (see ownHistory). A
+// dead letter is the original content, so only the producer's belongs under those names: the
+// first retry copy of a delivery whose history is not millrace's keeps that history as it
+// arrived under savedPrefix + name (RabbitMQ ignores those names), later copies carry it on,
+// and the dead letter puts it back under its own name, while the history millrace's retries
+// collected goes under HeaderHistoryPrefix + name. queue is the work queue the delivery came from.
+func (m Marshaler) copyOf(raw amqp091.Delivery, queue string, msg *message.Message, dead bool) (amqp091.Publishing, error) {
 	p, err := m.Marshal(msg)
 	if err != nil {
 		return p, err
@@ -51,16 +59,39 @@ func (m Marshaler) copyOf(raw amqp091.Delivery, msg *message.Message, dead bool)
 	if dead {
 		p.DeliveryMode = amqp091.Persistent
 	}
+	own := ownHistory(raw.Headers, queue)
+	for k := range p.Headers {
+		if name, ok := strings.CutPrefix(k, savedPrefix); ok && brokerOwned(name) {
+			delete(p.Headers, k) // Marshal's text form: the typed value is set below
+		}
+	}
 	for k, v := range raw.Headers {
 		if brokerOwned(k) {
-			if !dead {
-				continue
+			switch {
+			case !dead && !own:
+				p.Headers[savedPrefix+k] = v // the producer's history, kept for the dead letter
+			case !dead: // millrace's own: never on a copy
+			case own:
+				p.Headers[HeaderHistoryPrefix+k] = v
+			default:
+				p.Headers[deadLetterName(k, v)] = v
 			}
-			if xd, ok := v.([]any); k == headerXDeath && (!ok || !harmlessDeaths(xd)) {
-				p.Headers[deadletter.EscapePrefix+k] = v
-				continue
+			continue
+		}
+		if name, ok := strings.CutPrefix(k, savedPrefix); ok && brokerOwned(name) {
+			_, shadowed := raw.Headers[name]
+			switch {
+			case own && dead:
+				p.Headers[deadLetterName(name, v)] = v
+			case own:
+				p.Headers[k] = v
+			case dead:
+				// The delivery has not been through millrace's tiers: a producer's header.
+				p.Headers[k] = v
+			case !shadowed:
+				// A producer's header of that name, carried as millrace's: see ownHistory.
+				p.Headers[k] = v
 			}
-			p.Headers[k] = v
 			continue
 		}
 		if k == uuidHeader {
@@ -85,6 +116,43 @@ func (m Marshaler) copyOf(raw amqp091.Delivery, msg *message.Message, dead bool)
 		}
 	}
 	return p, nil
+}
+
+// HeaderHistoryPrefix + name holds, in a dead letter, a broker-owned header (x-death,
+// x-first-death-*, x-delivery-count) that RabbitMQ wrote while millrace retried the message:
+// retry state, not the producer's content, which keeps those names for what it sent.
+const HeaderHistoryPrefix = "millrace-amqp-history."
+
+// savedPrefix + name holds a broker-owned header (x-death, x-first-death-*, ...) of the delivery
+// as the producer sent it, on a retry copy, so that the dead letter can give it back.
+const savedPrefix = "millrace-amqp-saved."
+
+// ownHistory reports whether the dead-letter history in headers is millrace's: it has the shape
+// millrace's topology writes (trustedHistory) and the delivery came back from a retry tier of
+// work queue queue (an entry for the tier with reason expired), so its broker-owned headers are
+// what RabbitMQ wrote while millrace retried the message, not what a producer sent. A producer
+// that forges exactly that shape is taken at its word, as in attempt counting.
+func ownHistory(headers amqp091.Table, queue string) bool {
+	if !trustedHistory(headers, queue) {
+		return false
+	}
+	entries, _ := headers[headerXDeath].([]any)
+	for _, x := range entries {
+		e, _ := x.(amqp091.Table) // trustedHistory: every entry is a well-formed table
+		if q, r := e["queue"].(string), e["reason"].(string); r == reasonExpired && isTierQueue(q, queue) {
+			return true
+		}
+	}
+	return false
+}
+
+// deadLetterName is the name a producer's broker-owned header k with value v takes in a dead
+// letter: k, or deadletter.EscapePrefix + k for an x-death RabbitMQ could not handle.
+func deadLetterName(k string, v any) string {
+	if xd, ok := v.([]any); k == headerXDeath && (!ok || !harmlessDeaths(xd)) {
+		return deadletter.EscapePrefix + k
+	}
+	return k
 }
 
 // harmlessDeaths reports whether every entry of an x-death array is one RabbitMQ's own

@@ -62,7 +62,7 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 		next.LastError = req.Err.Error()
 	}
 	millrace.SetRetryHeaders(cp.Metadata, next, req.FailedAt.Add(tier))
-	pub, err := a.marshaler.copyOf(d.raw, cp, false)
+	pub, err := a.marshaler.copyOf(d.raw, topic, cp, false)
 	if err != nil {
 		return 0, err
 	}
