@@ -9,6 +9,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/millrace/millrace/adapters/amqp"
 	"github.com/millrace/millrace/deadletter"
 )
 
@@ -20,7 +21,8 @@ import (
 // after the tag. It returns nil when every original header is a string. Record keys are always
 // strings and never in it; nor are the broker's dead-letter history headers (x-death,
 // x-first-death-*, x-last-death-*, x-delivery-count): Metadata shows them, and a replay never
-// re-publishes them (RabbitMQ 3.x would trust them), so they are history, not content.
+// re-publishes them (RabbitMQ 3.x would trust them), so they are history, not content; nor is
+// the history RabbitMQ wrote while millrace retried the message (amqp.HeaderHistoryPrefix).
 func nativeHeaders(h amqp091.Table) []deadletter.Field {
 	var out []deadletter.Field
 	for k, v := range h {
@@ -28,7 +30,7 @@ func nativeHeaders(h amqp091.Table) []deadletter.Field {
 			continue
 		}
 		name, ok := deadletter.OriginalKey(k)
-		if !ok || brokerOwned(name) {
+		if !ok || brokerOwned(name) || strings.HasPrefix(name, amqp.HeaderHistoryPrefix) {
 			continue
 		}
 		tag, val, ok := encodeValue(nil, v)
