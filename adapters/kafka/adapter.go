@@ -26,8 +26,10 @@ type Adapter struct {
 	logger *slog.Logger
 	// pub sends what Publisher publishes, at once; retries sends retries and dead letters,
 	// lingering up to Config.RetryLinger so that those of many failing records share produce
-	// requests.
+	// requests, for topics Provision has not sized (see size.go); retryConf is its
+	// configuration.
 	pub, retries *producer
+	retryConf    *sarama.Config
 
 	// pubMu is read-held across every send and write-held by Close before it closes the
 	// producers: publishing to a closed sarama producer panics (send on closed channel).
@@ -35,8 +37,13 @@ type Adapter struct {
 	pubMu     sync.RWMutex
 	pubClosed bool
 
-	mu      sync.Mutex
-	tiers   map[string][]tier // source topic -> its retry tiers, shortest delay first
+	mu    sync.Mutex
+	tiers map[string][]tier // source topic -> its retry tiers, shortest delay first
+	// sized maps a provisioned source topic to the producer of its retries and dead letters,
+	// whose Producer.MaxMessageBytes fits them (see size.go); byLimit holds those producers by
+	// that limit, retries among them.
+	sized   map[string]*producer
+	byLimit map[int]*producer
 	admin   sarama.ClusterAdmin
 	closed  bool
 	closing chan struct{}
@@ -71,13 +78,16 @@ func New(cfg Config) (*Adapter, error) {
 		return nil, fmt.Errorf("kafka: connect retry producer to %v: %w", cfg.Brokers, err)
 	}
 	return &Adapter{
-		cfg:     cfg,
-		sc:      sc,
-		logger:  cfg.Logger,
-		pub:     pub,
-		retries: retries,
-		tiers:   map[string][]tier{},
-		closing: make(chan struct{}),
+		cfg:       cfg,
+		sc:        sc,
+		logger:    cfg.Logger,
+		pub:       pub,
+		retries:   retries,
+		retryConf: &rc,
+		tiers:     map[string][]tier{},
+		sized:     map[string]*producer{},
+		byLimit:   map[int]*producer{rc.Producer.MaxMessageBytes: retries},
+		closing:   make(chan struct{}),
 	}, nil
 }
 
@@ -114,8 +124,15 @@ func (a *Adapter) publish(topic string, msgs ...*message.Message) error {
 	return a.send(a.pub, topic, msgs)
 }
 
-func (a *Adapter) publishRetry(topic string, msg *message.Message) error {
-	return a.send(a.retries, topic, []*message.Message{msg})
+// publishRetry writes a retry or dead letter of source through the producer sized for it.
+func (a *Adapter) publishRetry(source, topic string, msg *message.Message) error {
+	a.mu.Lock()
+	p := a.sized[source]
+	a.mu.Unlock()
+	if p == nil {
+		p = a.retries
+	}
+	return a.send(p, topic, []*message.Message{msg})
 }
 
 func (a *Adapter) send(p *producer, topic string, msgs []*message.Message) error {
@@ -179,6 +196,10 @@ func (a *Adapter) Close() error {
 	a.closed = true
 	close(a.closing)
 	admin := a.admin
+	producers := make([]*producer, 0, len(a.byLimit))
+	for _, p := range a.byLimit {
+		producers = append(producers, p)
+	}
 	a.mu.Unlock()
 	// From here on publishes fail with ErrClosed; the lock waits for those in progress.
 	a.pubMu.Lock()
@@ -190,7 +211,9 @@ func (a *Adapter) Close() error {
 		errs = append(errs, admin.Close())
 	}
 	a.pub.close()
-	a.retries.close()
+	for _, p := range producers { // retries among them
+		p.close()
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("kafka: close: %w", err)
 	}

@@ -34,7 +34,7 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 	if fromSub {
 		d.handled()
 	}
-	if err := a.publishRetry(t.topic, cp); err != nil {
+	if err := a.publishRetry(source, t.topic, cp); err != nil {
 		return 0, fmt.Errorf("kafka: publish retry to %q: %w", t.topic, err)
 	}
 	return millrace.AckOriginal, nil
@@ -121,7 +121,7 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 		dl = rec.Message()
 	}
 	dl.SetContext(context.WithValue(ctx, recordKey{}, key))
-	if err := a.publishRetry(topic, dl); err != nil {
+	if err := a.publishRetry(source, topic, dl); err != nil {
 		return fmt.Errorf("kafka: publish dead letter to %q: %w", topic, err)
 	}
 	return nil

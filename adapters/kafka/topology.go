@@ -69,7 +69,10 @@ func isRetryTopicOf(name, source string) bool {
 
 // Provision creates topic (if missing), its retry topics (one per distinct delay of policy) and
 // its dead-letter topic, and waits until the brokers report all of them. It is idempotent:
-// existing topics are kept as they are.
+// existing topics keep their settings, except that a retry or dead-letter topic whose
+// max.message.bytes is too small for the largest retry or dead letter a record of topic can
+// make is raised to fit (see the package documentation); Provision fails, naming the topic
+// and the size, when the brokers refuse.
 func (a *Adapter) Provision(ctx context.Context, topic string, policy millrace.RetryPolicy) error {
 	if err := policy.ValidateFor(a.Capabilities()); err != nil {
 		return err
@@ -82,6 +85,18 @@ func (a *Adapter) Provision(ctx context.Context, topic string, policy millrace.R
 	if err != nil {
 		return err
 	}
+	if err := a.awaitTopics(ctx, admin, []string{topic}); err != nil {
+		return err
+	}
+	limits, err := a.topicMaxMessageBytes(admin, []string{topic})
+	if err != nil {
+		return err
+	}
+	size, err := a.sizeFor(topic, limits[topic])
+	if err != nil {
+		return err
+	}
+	maxBytes := strconv.FormatInt(size.topicLimit, 10)
 	if a.cfg.RetryPartitions > 0 {
 		parts = a.cfg.RetryPartitions
 	}
@@ -91,7 +106,7 @@ func (a *Adapter) Provision(ctx context.Context, topic string, policy millrace.R
 	retention := strconv.FormatInt(a.cfg.RetryRetention.Milliseconds(), 10)
 	for i, name := range names {
 		tiers[i] = tier{topic: name, delay: delays[i]}
-		if err := a.createTopic(admin, name, parts, map[string]*string{"retention.ms": &retention}); err != nil {
+		if err := a.createTopic(admin, name, parts, map[string]*string{"retention.ms": &retention, maxMessageBytesKey: &maxBytes}); err != nil {
 			return err
 		}
 	}
@@ -100,16 +115,59 @@ func (a *Adapter) Provision(ctx context.Context, topic string, policy millrace.R
 	if a.cfg.DeadLetterRetention > 0 {
 		dlqRetention = strconv.FormatInt(a.cfg.DeadLetterRetention.Milliseconds(), 10)
 	}
-	if err := a.createTopic(admin, dlq, parts, map[string]*string{"retention.ms": &dlqRetention}); err != nil {
+	if err := a.createTopic(admin, dlq, parts, map[string]*string{"retention.ms": &dlqRetention, maxMessageBytesKey: &maxBytes}); err != nil {
 		return err
 	}
-	if err := a.awaitTopics(ctx, admin, append([]string{topic, dlq}, names...)); err != nil {
+	written := append([]string{dlq}, names...)
+	if err := a.awaitTopics(ctx, admin, written); err != nil {
+		return err
+	}
+	// Topics that existed before keep their settings, but must take what millrace writes.
+	if err := a.ensureMaxMessageBytes(admin, topic, written, size.topicLimit); err != nil {
+		return err
+	}
+	p, err := a.sizedProducer(int(size.producer))
+	if err != nil {
 		return err
 	}
 	a.mu.Lock()
 	a.tiers[topic] = tiers
+	a.sized[topic] = p
 	a.mu.Unlock()
 	return nil
+}
+
+// sizedProducer returns the retry producer whose Producer.MaxMessageBytes is limit, connecting
+// it on first use.
+func (a *Adapter) sizedProducer(limit int) (*producer, error) {
+	a.mu.Lock()
+	p, ok := a.byLimit[limit]
+	closed := a.closed
+	a.mu.Unlock()
+	if ok || closed {
+		if closed {
+			return nil, millrace.ErrClosed
+		}
+		return p, nil
+	}
+	rc := *a.retryConf
+	rc.Producer.MaxMessageBytes = limit
+	np, err := newProducer(a.cfg.Brokers, &rc, a.retries.marsh)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: connect retry producer to %v: %w", a.cfg.Brokers, err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		np.close()
+		return nil, millrace.ErrClosed
+	}
+	if p, ok := a.byLimit[limit]; ok { // a concurrent Provision connected one first
+		np.close()
+		return p, nil
+	}
+	a.byLimit[limit] = np
+	return np, nil
 }
 
 // clusterAdmin returns the adapter's admin client, connecting it on first use.
