@@ -16,6 +16,21 @@
 // Config.RetryRetention (7 days); the dead-letter topic for Config.DeadLetterRetention,
 // unlimited by default (retention.ms=-1), so no dead letter expires unseen.
 //
+// Every record that reaches the handler can be dead-lettered intact, so Provision sizes the
+// retry and dead-letter topics from T's effective max.message.bytes S (T's own, else the
+// brokers' message.max.bytes): a dead letter carries the record with its header names
+// escaped, millrace's state and the record keys, and in sarama's accounting (10 bytes for
+// each header, however small) a record of nothing but empty headers grows about fivefold. The
+// adapter's retries and dead letters of T go through a producer whose Producer.MaxMessageBytes
+// is at least 5 S + 16 KiB, which bounds the largest record millrace writes from any record of
+// T, and the retry and dead-letter topics get a max.message.bytes that holds a batch of that
+// producer (about 5 MiB for Kafka's 1 MiB default). Topics that exist and are smaller are
+// raised (IncrementalAlterConfigs; their other settings stay); when the brokers refuse,
+// Provision fails, naming the topic and the size it needs, instead of leaving records to be
+// redelivered forever. A Producer.MaxMessageBytes set in Config.Sarama is kept when it is
+// larger and refused with a *millrace.ConfigError when it is smaller; a source topic whose
+// records need more than a sarama produce request holds (sarama.MaxRequestSize) is refused.
+//
 // # Retry
 //
 // A Retry outcome republishes the record (key, payload and headers unchanged) to the retry topic
@@ -65,8 +80,7 @@
 // Sarama's 60 s to DefaultRebalanceTimeout (5 min): a handler slower than that gets its member
 // evicted and its record handled again by the next owner.
 //
-// A record whose retry or dead letter can never be written (topic deleted, ACL, record near
-// max.message.bytes) is redelivered every Config.NackDelay and holds its partition's committed
+// A record whose retry or dead letter can never be written (topic deleted, ACL) is redelivered every Config.NackDelay and holds its partition's committed
 // offset back. Records of other keys go on only until 16*Config.MaxInFlight records wait
 // unmarked; then the partition stops taking records and logs a warning naming the stuck record
 // every 30 s, until it is acknowledged.
@@ -111,9 +125,13 @@
 //     deadletter/kafkastore gives the original headers back in Record.Native when they repeat
 //     a name.
 //
-// The one remaining limit: the retry topics are millrace's. A producer with write access to
+// The remaining limits: the retry topics are millrace's. A producer with write access to
 // T.retry* is trusted like millrace (its attempt headers count, still capped at MaxAttempts,
-// and an unreadable or missing one is malformed); restrict writes to them with ACLs.
+// and an unreadable or missing one is malformed, and a record it writes there may be too
+// large to dead-letter); restrict writes to them with ACLs. And the sizing counts a record's
+// bytes as its batch holds them: a producer that compressed its batch may send a record that
+// is larger uncompressed than T's max.message.bytes, and its copies fit only as far as
+// Config.Sarama's compression (none by default) shrinks them again.
 //
 // Redeliveries after a nack within one subscription count as attempts too (NativeCount), so a
 // record whose retry cannot be published still reaches its dead letter after MaxAttempts calls.

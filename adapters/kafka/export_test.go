@@ -14,3 +14,10 @@ const PendingFactor = pendingFactor
 
 // Group returns the adapter's consumer group.
 func (a *Adapter) Group() string { return a.cfg.ConsumerGroup }
+
+// RetryTopicMaxBytes is the max.message.bytes Provision gives the retry and dead-letter topics
+// of a source topic whose max.message.bytes is s, with the adapter's producer settings.
+func (a *Adapter) RetryTopicMaxBytes(s int64) (int64, error) {
+	z, err := a.sizeFor("t", s)
+	return z.topicLimit, err
+}

@@ -33,28 +33,31 @@ import (
 //
 //	c + 2n <= B = S - 61 - 7
 //
-// The largest record millrace writes from it is its dead letter (a retry copy carries less):
-//   - the key, the value and the n original headers: at most c + 10n;
-//   - each original name that starts with deadletter.KeyPrefix gains len(EscapePrefix) bytes;
-//     such a header takes at least len(KeyPrefix) + 2 = 15 bytes of B, so there are at most
-//     B/15 of them: at most len(EscapePrefix) * (B/15);
-//   - the key copied into millrace-original-key and millrace-dlq-original-key, and the UUID
-//     header's value copied into millrace-dlq-message-uuid: key and UUID are disjoint parts of
-//     c, so at most 2c;
-//   - millrace's own headers and record keys otherwise: names, numbers, times, topic names,
-//     two copies of the last error (each at most millrace.MaxErrorText) and the handler name:
-//     at most fixedOverhead.
+// The largest record millrace writes from it is its dead letter (a retry copy carries less).
+// Counting what each byte of B can become in it:
+//   - a byte of the value or of a header name or value: itself, 1;
+//   - a byte of the key: the key, and its copies in millrace-original-key and
+//     millrace-dlq-original-key, 3; a byte of the UUID header's value: itself and its copy in
+//     millrace-dlq-message-uuid, 2 (key and UUID are disjoint parts of the record);
+//   - the 2 bytes of a header's framing: sarama's 10, 5 a byte;
+//   - a header whose name starts with deadletter.KeyPrefix is escaped, gaining
+//     len(EscapePrefix) bytes; it takes at least len(KeyPrefix) + 2 = 15 bytes of B, which
+//     become at most len(KeyPrefix) + 10 + len(EscapePrefix) = 40: under 3 a byte
+//     (escapeFactor, computed from the constants, rounded up);
+//   - millrace's own headers and record keys otherwise (names, numbers, times, topic names,
+//     two copies of the last error, each at most millrace.MaxErrorText, the handler name):
+//     at most fixedOverhead, whatever the record.
 //
-// c + 10n + 2c = 3c + 10n <= 5B (c + 2n <= B: each byte of B buys at most 5), so
+// No byte of B becomes more than perByte = max(5, 3, escapeFactor) = 5 bytes, so
 //
-//	maxRecordBytes(S) = 36 + 5B + len(EscapePrefix)*(B/15) + fixedOverhead
+//	maxRecordBytes(S) = 36 + perByte*B + fixedOverhead
 //
-// is a ByteSize no record millrace writes for that source exceeds. It is about 6.2 S: a
-// source record of nothing but empty headers costs 2 bytes a header on the broker and 10 in
-// sarama's accounting, which the bound must cover. A retry or dead-letter topic then takes any
-// batch the producer forms (a partition's batch holds records whose ByteSize sums to at most
-// Producer.MaxMessageBytes) with the 61-byte batch header, plus the worst expansion of the
-// configured compression codec (see batchBytes).
+// is a ByteSize no record millrace writes for that source exceeds: about 5 S, nearly reached
+// by a source record of nothing but empty headers (2 bytes each on the broker, 10 in sarama's
+// accounting). A retry or dead-letter topic then takes any batch the producer forms (a
+// partition's batch holds records whose ByteSize sums to at most Producer.MaxMessageBytes)
+// with the 61-byte batch header, plus the worst expansion of the configured compression codec
+// (see batchBytes).
 //
 // The bound covers source records written uncompressed. A producer that compressed its batch
 // may have sent a record larger, uncompressed, than max.message.bytes; millrace writes it
@@ -87,9 +90,16 @@ const DefaultMaxMessageBytes = 1048588
 // letter) from a record of a topic whose max.message.bytes is s, saturating at math.MaxInt64.
 func maxRecordBytes(s int64) int64 {
 	b := max(s-batchHeaderBytes-minRecordFraming, 0)
-	const escapeHeader = int64(len(deadletter.KeyPrefix) + minHeaderFraming)
-	return satAdd(satAdd(satAdd(recordOverhead, satMul(5, b)), satMul(int64(len(deadletter.EscapePrefix)), b/escapeHeader)), fixedOverhead)
+	return satAdd(satAdd(recordOverhead, satMul(perByte, b)), fixedOverhead)
 }
+
+// escapeFactor is, rounded up, what one byte of an escaped header can become in a dead
+// letter; perByte what any byte of a source record can (see above).
+const (
+	escapeHeaderMin = len(deadletter.KeyPrefix) + minHeaderFraming
+	escapeFactor    = (len(deadletter.KeyPrefix) + headerOverhead + len(deadletter.EscapePrefix) + escapeHeaderMin - 1) / escapeHeaderMin
+	perByte         = int64(max(headerOverhead/minHeaderFraming, 3, escapeFactor))
+)
 
 // batchBytes returns the largest record batch a producer with Producer.MaxMessageBytes p
 // sends to one partition: the batch header and records whose ByteSize sums to at most p,
