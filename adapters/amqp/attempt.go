@@ -16,9 +16,12 @@ type delivery struct {
 	// attempt is decoded once, from the headers as they arrived (the handler may change
 	// metadata, not this).
 	attempt millrace.Attempt
-	// trusted reports that the delivery's dead-letter history has the shape millrace's own
-	// topology produces (trustedHistory): only such a delivery is ever rejected into the
-	// broker's dead-letter path. An untrusted one is retried through a confirmed fresh copy.
+	// trusted reports that the delivery may be rejected into the broker's dead-letter path: it
+	// came back from one of millrace's retry tiers (ownHistory), or it carries no dead-letter
+	// history and no retry header at all (a first delivery). Any other delivery, whose history
+	// or millrace-* headers a producer wrote, is retried through a confirmed fresh copy, which
+	// RabbitMQ's dead-letter arithmetic never sees and which keeps those headers aside for the
+	// dead letter (see copyOf).
 	trusted bool
 	// raw is the delivery as it arrived: retry copies and dead letters keep its typed headers
 	// and properties.
@@ -44,7 +47,9 @@ var retryHeaders = []string{millrace.HeaderAttempt, millrace.HeaderFirstAttemptA
 // Number = base + rejections + returns, summed with saturation (never below 1, never wrapping),
 // where
 //   - base is the millrace-attempt header of a copy millrace republished to a retry tier of
-//     another delay (x-death restarts with a new copy), else 1;
+//     another delay (x-death restarts with a new copy), else 1. It is read only from a delivery
+//     that came back from one of the topic's retry tiers (ownHistory): on any other delivery a
+//     millrace-* header is the producer's content, not retry state;
 //   - rejections is the sum of the positive integer x-death counts for this work queue with
 //     reason "rejected" or "delivery_limit": the trips through the first-delay tier (other
 //     counts, which no broker writes, add nothing);
@@ -66,7 +71,13 @@ func decodeAttempt(queue string, qt QueueType, d amqp091.Delivery) millrace.Atte
 // is trusted (see trustedHistory).
 func decodeDelivery(queue string, qt QueueType, d amqp091.Delivery) (millrace.Attempt, bool) {
 	var md message.Metadata // only a millrace republish carries these headers
+	own := ownHistory(d.Headers, queue)
 	for _, k := range retryHeaders {
+		if !own {
+			// Not back from one of millrace's retry tiers: a millrace-* header is the
+			// producer's content, never retry state.
+			break
+		}
 		if v, ok := d.Headers[k].(string); ok {
 			if md == nil {
 				md = make(message.Metadata, len(retryHeaders))
@@ -99,13 +110,24 @@ func decodeDelivery(queue string, qt QueueType, d amqp091.Delivery) (millrace.At
 		a.FirstAttemptAt = n.firstFailure
 	}
 	a.OriginalTopic = queue
-	a.OriginalKey = originalKeyFor(d, n)
+	a.OriginalKey = originalKeyFor(d, n, own)
 	a.Broker = BrokerName
 	a.NativeID = d.MessageId
 	if a.NativeID == "" {
 		a.NativeID = queue + "#" + strconv.FormatUint(d.DeliveryTag, 10)
 	}
-	return a, n.trusted
+	return a, n.trusted && (own || !carriesState(d.Headers))
+}
+
+// carriesState reports whether headers hold any dead-letter history (x-death, ...) or any
+// header named like one of millrace's retry headers.
+func carriesState(headers amqp091.Table) bool {
+	for k := range headers {
+		if saved(k) {
+			return true
+		}
+	}
+	return false
 }
 
 // DecodeAttempt returns the Attempt the subscriber decoded when msg arrived. For a message

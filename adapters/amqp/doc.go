@@ -55,16 +55,23 @@
 //   - A delivery's dead-letter history is trusted only when it has exactly the shape millrace's
 //     own topology writes: no x-death, or x-death entries for (T, "rejected") and for (a retry
 //     tier of T, "expired"), each once, with RabbitMQ's field types and integer counts in
-//     [1, 2^31-1], and x-first-death-* naming one of them. Only a trusted delivery is ever
-//     rejected into T.retry. Any other history (a foreign queue, another reason for T such as
-//     expired, maxlen or delivery_limit, a mistyped or out-of-range count, a malformed entry)
-//     takes the confirmed fresh-copy path of the other tiers: a copy without the foreign x-death,
-//     carrying millrace-attempt and millrace-original-key, published with confirms to the tier,
-//     then the original is acked. So a forged history can neither buy attempts, nor make RabbitMQ
-//     drop the message as a dead-letter cycle (classic) or hold it in T.retry forever (quorum),
-//     nor crash the queue. The handler is called at most MaxAttempts times (a redelivery after a
-//     crash aside, as below). A quorum queue's own delivery_limit entry is handled the same way,
-//     since next to a rejection it can also look like a cycle to RabbitMQ.
+//     [1, 2^31-1], and x-first-death-* naming one of them. A delivery is rejected into T.retry
+//     only when it came back from one of T's tiers with such a history, or when it carries no
+//     history and no millrace-* retry header at all (a first delivery). Any other delivery (a
+//     foreign queue, another reason for T such as expired, maxlen or delivery_limit, a mistyped
+//     or out-of-range count, a malformed entry, or any history or retry header a producer set)
+//     takes the confirmed fresh-copy path of the other tiers: a copy without the foreign
+//     x-death, carrying millrace-attempt and millrace-original-key, published with confirms to
+//     the tier, then the original is acked. So a forged history can neither buy attempts, nor
+//     make RabbitMQ drop the message as a dead-letter cycle (classic) or hold it in T.retry
+//     forever (quorum), nor crash the queue. The handler is called at most MaxAttempts times (a
+//     redelivery after a crash aside, as below). A quorum queue's own delivery_limit entry is
+//     handled the same way, since next to a rejection it can also look like a cycle to RabbitMQ.
+//   - millrace-attempt, millrace-original-key and millrace's other retry headers are retry state
+//     only on a delivery that came back from one of T's tiers; on any other delivery they are
+//     the producer's content: the delivery starts at attempt 1 (plus what a trusted history
+//     counts), and its copies keep those headers aside (below) so millrace's state never
+//     replaces them.
 //   - The original routing key is the millrace-original-key header of a copy, else the first
 //     routing key of T's oldest x-death entry, chosen by its time (then reason, then key), never
 //     by the entry's place in the array (RabbitMQ reorders arrays of three or more entries), and
@@ -87,7 +94,8 @@
 //     instead, so that even an operator policy adding a dead-letter exchange to T.dlq cannot trip
 //     over it; deadletter.FromMessage gives it back as x-death. The first retry copy of a delivery
 //     whose history is the producer's keeps it, typed, under millrace-amqp-saved.<name> (names
-//     RabbitMQ ignores), and the dead letter puts it back under its own name. The history RabbitMQ
+//     RabbitMQ ignores), together with any producer header named like a retry header or like
+//     millrace-amqp-saved.*, and the dead letter puts each back under its own name. The history RabbitMQ
 //     wrote while millrace retried the message (a delivery back from one of T's tiers, with a
 //     history of millrace's shape) is retry state, not content: the dead letter holds it under
 //     HeaderHistoryPrefix + name (millrace-amqp-history.x-death, ...), so a message sent without
@@ -96,13 +104,13 @@
 // Remaining limits. Classic queues: a delivery RabbitMQ redelivers (consumer crash, requeue)
 // counts one attempt however often it happens, so a crash loop is not bounded by MaxAttempts
 // (quorum queues bound it with x-delivery-count and the delivery limit). Both queue types: a
-// producer can still forge a history of the trusted shape (say x-death (T, "rejected", 2)); it
-// is then counted like millrace's own, which can only cost that producer's message attempts,
-// never add any, and RabbitMQ handles it safely; once RabbitMQ has merged millrace's retries
-// into it, its dead letter shows it under millrace-amqp-history.* as retry state, not under
-// x-death. A producer header named millrace-amqp-saved.<a broker-owned name> is taken as
-// millrace's saved history in the same way. On quorum queues x-delivery-count is counted as
-// returns whoever set it, with the same effect (a positive integer only).
+// producer can still forge a history of the trusted shape (say x-death (T, "rejected", 2)); its
+// counts are then counted like millrace's own, which can only cost that producer's message
+// attempts, never add any. A producer that forges a history of a delivery back from one of T's
+// tiers (an "expired" entry for T.retry) is taken for millrace itself: its millrace-* headers
+// are read as retry state (still capped at MaxAttempts) and its history is shown in the dead
+// letter under millrace-amqp-history.*. On quorum queues x-delivery-count is counted as returns
+// whoever set it, with the same effect (a positive integer only).
 //
 // # Classic queues lose retries when dead-lettering fails: prefer quorum queues
 //

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,6 +178,15 @@ func (harness) ForeignCases() []conformance.ForeignCase {
 				"x-first-death-queue": "hub.fourth", "x-first-death-reason": "maxlen", "x-first-death-exchange": "hub",
 			}
 		}))},
+		// A producer's retry headers on a plain delivery are content: the delivery is handled
+		// from attempt 1, and its retry copies must not replace those values in the dead letter.
+		{Name: "retry headers forged on a plain delivery", Kinds: k(conformance.KindForgedKeys), Publish: foreignPublish(body, withTyped(func(string) amqp091.Table {
+			return amqp091.Table{millrace.HeaderAttempt: "2", millrace.HeaderOriginalKey: "forged.key", millrace.HeaderLastError: "forged error",
+				millrace.HeaderFirstAttemptAt: "2000-01-01T00:00:00Z", millrace.HeaderNotBefore: int64(7)}
+		}))},
+		{Name: "headers named like the ones millrace keeps aside", Kinds: k(conformance.KindForgedKeys), Publish: foreignPublish(body, withTyped(func(string) amqp091.Table {
+			return amqp091.Table{"millrace-amqp-saved.x-death": "hello", "millrace-amqp-saved.millrace-attempt": int64(9), millrace.HeaderAttempt: int64(1)}
+		}))},
 		{Name: "record keys forged", Kinds: k(conformance.KindForgedKeys), Publish: foreignPublish(body, withTyped(func(string) amqp091.Table {
 			return amqp091.Table{
 				deadletter.KeyReason: "discarded", deadletter.KeyAttempts: "-3", deadletter.KeyOriginalTopic: "elsewhere",
@@ -247,35 +257,91 @@ func (h harness) DeadLetterContents(ctx context.Context, _ testing.TB, a millrac
 // Settled asks rabbitmqctl for the ready and unacknowledged messages of the work queue and every
 // retry tier of topic (the management plugin is not enabled on the test broker; a passive
 // declare counts ready messages only). rabbitmqctl reads the queue processes' own counters.
+// Each run boots an Erlang VM (about 2 s of CPU), so every case polling it in parallel took the
+// battery past ten minutes: one listing taken after the call began answers every case waiting.
 func (harness) Settled(ctx context.Context, _ testing.TB, a millrace.Adapter, topic string) error {
 	queues := map[string]bool{topic: true}
 	for _, q := range a.(*amqp.Adapter).RetryQueues(topic) {
 		queues[q] = true
 	}
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", "-q", "list_queues", "--no-table-headers",
-		"name", "messages_ready", "messages_unacknowledged").Output()
+	listing, err := queueCounts.after(ctx, time.Now())
 	if err != nil {
-		return fmt.Errorf("rabbitmqctl list_queues: %w", err)
+		return err
 	}
 	var left []string
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 3 || !queues[f[0]] {
-			continue
-		}
-		delete(queues, f[0])
-		if f[1] != "0" || f[2] != "0" {
-			left = append(left, fmt.Sprintf("%s: %s ready, %s unacknowledged", f[0], f[1], f[2]))
-		}
-	}
 	for q := range queues {
-		left = append(left, q+": not listed")
+		c, ok := listing[q]
+		switch {
+		case !ok:
+			left = append(left, q+": not listed")
+		case c != [2]string{"0", "0"}:
+			left = append(left, fmt.Sprintf("%s: %s ready, %s unacknowledged", q, c[0], c[1]))
+		}
 	}
 	if len(left) > 0 {
 		slices.Sort(left)
 		return errors.New(strings.Join(left, "; "))
 	}
 	return nil
+}
+
+// queueCounts shares rabbitmqctl listings between the battery's parallel cases.
+var queueCounts = &queueLister{}
+
+// queueLister runs one `rabbitmqctl list_queues` at a time and hands its result to every caller
+// that asked before it started.
+type queueLister struct {
+	mu      sync.Mutex
+	started time.Time            // start of the last finished listing
+	last    map[string][2]string // its ready and unacknowledged counts by queue
+	lastErr error
+	running chan struct{} // closed when the listing under way finishes; nil when none runs
+}
+
+// after returns a listing that started at or after t.
+func (l *queueLister) after(ctx context.Context, t time.Time) (map[string][2]string, error) {
+	for {
+		l.mu.Lock()
+		if !l.started.Before(t) && (l.last != nil || l.lastErr != nil) {
+			last, err := l.last, l.lastErr
+			l.mu.Unlock()
+			return last, err
+		}
+		wait := l.running
+		if wait == nil {
+			wait = make(chan struct{})
+			l.running = wait
+			go l.list(wait)
+		}
+		l.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// list takes one listing and publishes it.
+func (l *queueLister) list(done chan struct{}) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "rabbitmqctl", "-q", "list_queues", "--no-table-headers",
+		"name", "messages_ready", "messages_unacknowledged").Output()
+	counts := map[string][2]string{}
+	if err != nil {
+		err = fmt.Errorf("rabbitmqctl list_queues: %w", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) == 3 {
+			counts[f[0]] = [2]string{f[1], f[2]}
+		}
+	}
+	l.mu.Lock()
+	l.started, l.last, l.lastErr, l.running = start, counts, err, nil
+	l.mu.Unlock()
+	close(done)
 }
 
 // properties lists the basic properties as Content fields.

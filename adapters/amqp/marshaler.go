@@ -142,16 +142,17 @@ func (m Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 // x-first-death-queue. The subscriber, which knows its queue, uses originalKeyFor.
 func originalKey(d amqp091.Delivery) string {
 	q, _ := d.Headers[headerFirstQueue].(string)
-	return originalKeyFor(d, readNative(d.Headers, q))
+	return originalKeyFor(d, readNative(d.Headers, q), q != "" && ownHistory(d.Headers, q))
 }
 
 // originalKeyFor is the original routing key of d given its history n for its work queue: the
-// millrace-original-key header of a copy millrace published, else the first routing key of the
+// millrace-original-key header of a copy millrace published (own: d came back from one of
+// millrace's retry tiers; on any other delivery the header is the producer's), else the first routing key of the
 // work queue's oldest x-death entry (chosen by time, not by array position), else the
 // delivery's own key. It depends on no entry of another queue, so foreign history cannot move
 // it, and it stays the same on every attempt.
-func originalKeyFor(d amqp091.Delivery, n native) string {
-	if v, ok := d.Headers[millrace.HeaderOriginalKey].(string); ok && v != "" {
+func originalKeyFor(d amqp091.Delivery, n native, own bool) string {
+	if v, ok := d.Headers[millrace.HeaderOriginalKey].(string); ok && v != "" && own {
 		return v
 	}
 	if n.originalKey != "" {

@@ -61,38 +61,41 @@ func (m Marshaler) copyOf(raw amqp091.Delivery, queue string, msg *message.Messa
 	}
 	own := ownHistory(raw.Headers, queue)
 	for k := range p.Headers {
-		if name, ok := strings.CutPrefix(k, savedPrefix); ok && brokerOwned(name) {
+		if name, ok := strings.CutPrefix(k, savedPrefix); ok && saved(name) {
 			delete(p.Headers, k) // Marshal's text form: the typed value is set below
 		}
 	}
 	for k, v := range raw.Headers {
-		if brokerOwned(k) {
-			switch {
-			case !dead && !own:
-				p.Headers[savedPrefix+k] = v // the producer's history, kept for the dead letter
-			case !dead: // millrace's own: never on a copy
-			case own:
-				p.Headers[HeaderHistoryPrefix+k] = v
-			default:
+		if !own && saved(k) {
+			// The producer's: its dead-letter history, a header named like millrace's retry
+			// state, or one named like a header millrace keeps aside. A copy keeps it aside
+			// (RabbitMQ ignores the name, millrace's state cannot replace it); the dead letter
+			// gives it back under its own name.
+			if dead {
 				p.Headers[deadLetterName(k, v)] = v
+			} else {
+				p.Headers[savedPrefix+k] = v
 			}
 			continue
 		}
-		if name, ok := strings.CutPrefix(k, savedPrefix); ok && brokerOwned(name) {
-			_, shadowed := raw.Headers[name]
-			switch {
-			case own && dead:
-				p.Headers[deadLetterName(name, v)] = v
-			case own:
-				p.Headers[k] = v
-			case dead:
-				// The delivery has not been through millrace's tiers: a producer's header.
-				p.Headers[k] = v
-			case !shadowed:
-				// A producer's header of that name, carried as millrace's: see ownHistory.
-				p.Headers[k] = v
+		if own {
+			if name, ok := strings.CutPrefix(k, savedPrefix); ok && saved(name) {
+				// The producer's, kept aside by an earlier copy: carried on, given back at the end.
+				if dead {
+					p.Headers[deadLetterName(name, v)] = v
+				} else {
+					p.Headers[k] = v
+				}
+				continue
 			}
-			continue
+			if brokerOwned(k) {
+				// The history RabbitMQ wrote while millrace retried the message: never on a
+				// copy; in the dead letter under a name of millrace's own.
+				if dead {
+					p.Headers[HeaderHistoryPrefix+k] = v
+				}
+				continue
+			}
 		}
 		if k == uuidHeader {
 			if headerText(v) == msg.UUID {
@@ -123,8 +126,9 @@ func (m Marshaler) copyOf(raw amqp091.Delivery, queue string, msg *message.Messa
 // retry state, not the producer's content, which keeps those names for what it sent.
 const HeaderHistoryPrefix = "millrace-amqp-history."
 
-// savedPrefix + name holds a broker-owned header (x-death, x-first-death-*, ...) of the delivery
-// as the producer sent it, on a retry copy, so that the dead letter can give it back.
+// savedPrefix + name holds a broker-owned header (x-death, x-first-death-*, ...), or a header
+// named like one of millrace's retry headers (millrace-attempt, ...), of the delivery as the
+// producer sent it, on a retry copy, so that the dead letter can give it back.
 const savedPrefix = "millrace-amqp-saved."
 
 // ownHistory reports whether the dead-letter history in headers is millrace's: it has the shape
@@ -167,12 +171,28 @@ func harmlessDeaths(entries []any) bool {
 	return true
 }
 
-// millraceKey reports whether key is one millrace itself writes as text: a retry header of the
-// root package or a dead-letter record key (escaped original keys are not).
-func millraceKey(key string) bool {
+// retryKey reports whether key is one of the retry headers of the root package, which
+// millrace writes on its retry copies.
+func retryKey(key string) bool {
 	switch key {
 	case millrace.HeaderAttempt, millrace.HeaderFirstAttemptAt, millrace.HeaderNotBefore,
 		millrace.HeaderOriginalTopic, millrace.HeaderOriginalKey, millrace.HeaderLastError:
+		return true
+	}
+	return false
+}
+
+// saved reports whether a producer's header of that name is kept under savedPrefix on retry
+// copies: a broker-owned header, a header named like a retry header, or one named like a kept
+// header (so that no producer header can pass for one millrace kept).
+func saved(name string) bool {
+	return brokerOwned(name) || retryKey(name) || strings.HasPrefix(name, savedPrefix)
+}
+
+// millraceKey reports whether key is one millrace itself writes as text: a retry header of the
+// root package or a dead-letter record key (escaped original keys are not).
+func millraceKey(key string) bool {
+	if retryKey(key) {
 		return true
 	}
 	return strings.HasPrefix(key, deadletter.KeyPrefix) && !strings.HasPrefix(key, deadletter.EscapePrefix)
