@@ -14,9 +14,11 @@ type History uint8
 const (
 	// KeepHistory re-publishes the message with its millrace attempt headers (millrace-attempt,
 	// millrace-first-attempt-at, ...) as they were when it was dead-lettered, plus the record
-	// keys (millrace-dlq-*), so the handler can see it failed before. An adapter that reads
-	// attempts from headers then continues counting: a message that exhausted its attempts gets
-	// one more try as its last attempt.
+	// keys (millrace-dlq-*), so the handler can see it failed before. Adapters take retry state
+	// only from their own retry path (a Kafka retry topic, a RabbitMQ retry tier, the memory
+	// adapter's own copies), never from a published message's headers, so a replayed message
+	// starts again at attempt 1 on every adapter; the headers are information for the handler.
+	// A record with Native content is re-published exactly as it arrived whatever History says.
 	KeepHistory History = iota + 1
 	// ResetHistory re-publishes the message without any millrace-* key: it starts again at
 	// attempt 1 with the full retry budget, as if it were published for the first time.

@@ -172,8 +172,9 @@ func (m *Middleware) complete(parent context.Context, l *Lease) error {
 
 // markDone completes the lease after the handler succeeded. A store failure is retried, with
 // a doubling pause from markDoneFirstPause up to markDoneMaxPause, until the message's
-// processing budget (counted from the claim) is spent, and at least once: a blip of the store
-// must not cost a done marker. A lost lease is final (another consumer may own the key now).
+// processing budget (counted from the claim) is spent or the message's context ends, and at
+// least once: a blip of the store must not cost a done marker. A lost lease is final (another
+// consumer may own the key now).
 func (m *Middleware) markDone(parent context.Context, l *Lease) error {
 	deadline := l.AcquiredAt.Add(m.cfg.Budget)
 	pause := markDoneFirstPause
@@ -188,7 +189,11 @@ func (m *Middleware) markDone(parent context.Context, l *Lease) error {
 		}
 		m.cfg.Logger.WarnContext(parent, "idempotency: marking the message done failed; trying again",
 			"key", l.Key, "try", try, "pause", pause, "error", err)
-		time.Sleep(pause)
+		select {
+		case <-time.After(pause):
+		case <-parent.Done(): // the consumer is stopping: finish the message without the marker
+			return err
+		}
 		pause = min(2*pause, markDoneMaxPause)
 	}
 }

@@ -113,7 +113,9 @@ func (o StoreOptions) sentKey(key string) string {
 // and the lease and its fan-out set would land in different slots (MarkSent then fails with
 // CROSSSLOT). Such a key, and for the mapping to stay one-to-one every key starting with '~',
 // gets a '~' in front; every other key is written as it is, so record names do not change for
-// them. The tag is then never empty and the same for both record names.
+// them. The tag is then never empty and the same for both record names. Upgrading: leases and
+// done markers of keys starting with '}' or '~' written by an earlier version are not found
+// under their new names, so such a key can run once more within DoneTTL after the upgrade.
 func tagged(key string) string {
 	if key != "" && (key[0] == '}' || key[0] == '~') {
 		return "~" + key

@@ -115,14 +115,21 @@ func (a *Adapter) enqueue(topic string, m *message.Message) error {
 
 // enqueueRetry enqueues a copy of m; retry, when set, is the attempt the copy is for.
 func (a *Adapter) enqueueRetry(topic string, m *message.Message, retry *millrace.Attempt) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.enqueueLocked(topic, m, retry)
+}
+
+// enqueueLocked is enqueueRetry with a.mu held. The push happens under a.mu too (a.mu is always
+// taken before a queue's own lock), so a retry whose timer fires is never in neither place for
+// Outstanding.
+func (a *Adapter) enqueueLocked(topic string, m *message.Message, retry *millrace.Attempt) error {
+	if a.closed {
+		return millrace.ErrClosed
+	}
 	md := make(message.Metadata, len(m.Metadata))
 	for k, v := range m.Metadata {
 		md[k] = v
-	}
-	a.mu.Lock()
-	if a.closed {
-		a.mu.Unlock()
-		return millrace.ErrClosed
 	}
 	a.nextID++
 	e := &envelope{
@@ -132,9 +139,7 @@ func (a *Adapter) enqueueRetry(topic string, m *message.Message, retry *millrace
 		metadata: md,
 		retry:    retry,
 	}
-	q := a.queueLocked(topic)
-	a.mu.Unlock()
-	q.push(e)
+	a.queueLocked(topic).push(e)
 	return nil
 }
 
@@ -159,8 +164,11 @@ func (a *Adapter) Len(topic string) int {
 // taking them: for tests and tools that inspect a topic, such as a dead-letter topic.
 func (a *Adapter) Peek(topic string) []*message.Message {
 	a.mu.Lock()
-	q := a.queueLocked(topic)
+	q, ok := a.queues[topic]
 	a.mu.Unlock()
+	if !ok {
+		return nil
+	}
 	es := q.peek()
 	out := make([]*message.Message, 0, len(es))
 	for _, e := range es {
@@ -177,15 +185,17 @@ func (a *Adapter) Peek(topic string) []*message.Message {
 // for a retry: zero when the topic is settled.
 func (a *Adapter) Outstanding(topic string) int {
 	a.mu.Lock()
-	q := a.queueLocked(topic)
+	defer a.mu.Unlock() // held while the queue is counted: see enqueueLocked
 	n := 0
 	for _, tt := range a.timers {
 		if tt == topic {
 			n++
 		}
 	}
-	a.mu.Unlock()
-	return n + q.outstanding()
+	if q, ok := a.queues[topic]; ok {
+		n += q.outstanding()
+	}
+	return n
 }
 
 // DecodeAttempt combines the attempt a retry copy is for (kept by the adapter beside the
@@ -243,9 +253,9 @@ func (a *Adapter) ScheduleRetry(_ context.Context, msg *message.Message, req mil
 	var t *time.Timer
 	t = time.AfterFunc(req.Delay, func() {
 		a.mu.Lock()
+		defer a.mu.Unlock()
 		delete(a.timers, t)
-		a.mu.Unlock()
-		_ = a.enqueueRetry(topic, cp, &next) // fails only after Close, which drops pending retries by design
+		_ = a.enqueueLocked(topic, cp, &next) // fails only after Close, which drops pending retries by design
 	})
 	a.timers[t] = topic
 	return millrace.AckOriginal, nil
