@@ -91,9 +91,19 @@ var _ deadletter.NativePublisher = (*amqpBroker)(nil)
 // is not the producer's content: millrace's retry headers (millrace-attempt, ...), the broker's
 // dead-letter history (x-death, x-first-death-*, x-last-death-*, x-delivery-count, and millrace's
 // under amqp.HeaderHistoryPrefix), which RabbitMQ 3.x would trust on a client's message. A field
-// it cannot decode exactly is refused with deadletter.ErrNotReplayable and nothing is published.
-// Priority and timestamp are not in the record, so a replay has none.
+// it cannot decode exactly is refused with deadletter.ErrNotReplayable and nothing is published,
+// and so is a record holding the producer's own dead-letter history (x-death, ... sent by the
+// producer: millrace's own is under amqp.HeaderHistoryPrefix), which cannot be put back safely.
+// Priority and timestamp are not in the record, so a replay has none; headers named like
+// millrace's retry headers are left out, since the record cannot tell a producer's from
+// millrace's own.
 func (b *amqpBroker) PublishNative(ctx context.Context, topic string, rec deadletter.Record) error {
+	if k := producerHistory(rec); k != "" {
+		// The producer's own dead-letter history is its content, but RabbitMQ 3.x trusts an
+		// x-death a client publishes (and may crash on one it cannot count): it cannot be put
+		// back safely, so the record is refused and kept.
+		return fmt.Errorf("%w: header %q is a dead-letter history the producer sent; RabbitMQ would act on it if re-published", deadletter.ErrNotReplayable, k)
+	}
 	pub := amqp091.Publishing{Body: rec.Payload, MessageId: rec.UUID, DeliveryMode: amqp091.Persistent, Headers: amqp091.Table{}}
 	for k, v := range rec.Metadata {
 		if set, ok := amqpProperties[k]; ok {
@@ -176,6 +186,26 @@ func replayedHeader(k string) bool {
 	}
 	return !strings.HasPrefix(k, "x-first-death-") && !strings.HasPrefix(k, "x-last-death-") &&
 		!strings.HasPrefix(k, amqp.HeaderHistoryPrefix)
+}
+
+// producerHistory returns the name of a dead-letter history header (x-death, x-first-death-*,
+// x-last-death-*) the record holds as the producer's content, or "". x-delivery-count is not
+// one: a quorum DLQ adds it itself when a reader puts a dead letter back.
+func producerHistory(rec deadletter.Record) string {
+	owned := func(k string) bool {
+		return k == "x-death" || strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-")
+	}
+	for k := range rec.Metadata {
+		if owned(k) {
+			return k
+		}
+	}
+	for _, f := range rec.Native {
+		if owned(f.Name) {
+			return f.Name
+		}
+	}
+	return ""
 }
 
 // maxAMQPDepth bounds the nesting of tables and arrays decodeAMQPValue follows.
