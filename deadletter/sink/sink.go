@@ -5,6 +5,13 @@
 // The original message is acknowledged only when every write the mode asks for succeeded: a
 // store that is down makes DeadLetter fail, the router nacks, and the broker delivers the
 // message again, as field report 1 requires.
+//
+// What the store keeps is the Record the middleware built (payload, metadata and the failure
+// context) plus, when the adapter implements deadletter.NativeSource, the delivery's native
+// content in Record.Native: the fields of a foreign Redis entry in order with repeated names,
+// Kafka headers that repeat a name, typed AMQP headers or SQS attributes, as the adapter's own
+// dead-letter store would read them. A store that keeps Native (pgstore does) shows and replays
+// such a message exactly; without it, only what Payload and Metadata hold would survive.
 package sink
 
 import (
@@ -52,7 +59,10 @@ type Sink struct {
 	mode  Mode
 }
 
-var _ millrace.Adapter = (*Sink)(nil)
+var (
+	_ millrace.Adapter        = (*Sink)(nil)
+	_ deadletter.NativeSource = (*Sink)(nil)
+)
 
 // New wraps adapter so that its dead letters go to store. Closing the Sink closes the adapter,
 // not the store.
@@ -69,12 +79,28 @@ func New(adapter millrace.Adapter, store deadletter.Store, opts Options) (*Sink,
 	return &Sink{Adapter: adapter, store: store, mode: opts.Mode}, nil
 }
 
+// NativeContent is the adapter's deadletter.NativeSource method when it has one (so a Sink
+// wrapped in another decorator still gives it), else nil.
+func (s *Sink) NativeContent(msg *message.Message) []deadletter.Field {
+	if src, ok := s.Adapter.(deadletter.NativeSource); ok {
+		return src.NativeContent(msg)
+	}
+	return nil
+}
+
 // Store returns the store dead letters are written to.
 func (s *Sink) Store() deadletter.Store { return s.store }
 
 // DeadLetter writes rec to the store (and, with StoreAndBroker, to the broker's destination).
 // An error means the original must not be acknowledged.
+//
+// When the adapter is a deadletter.NativeSource and returns native content for msg (a foreign
+// Redis entry, say, whose fields Payload and Metadata cannot hold), rec.Native is set to it
+// before the write, whatever the mode, so the store keeps the original exactly.
 func (s *Sink) DeadLetter(ctx context.Context, msg *message.Message, rec deadletter.Record) error {
+	if native := s.NativeContent(msg); native != nil {
+		rec.Native = native
+	}
 	if _, err := s.store.Put(ctx, rec); err != nil {
 		return fmt.Errorf("dead-letter store: %w", err)
 	}
