@@ -92,9 +92,19 @@
 // shows it as "not a millrace dead letter", content intact). Give the dead-letter queue a
 // larger MaximumMessageSize than the source queue (SQS allows 1 MiB) to keep the record too.
 // Attribute names millrace uses for packing (AttrMetadata, AttrMetadataBinary,
-// AttrMetadataTypes, AttrDeadLetterRecord, AttrUUID) are read as millrace's packing when a
-// foreign message uses them as String attributes and they decode (an attribute of another
-// type under such a name, or one that does not decode, is kept as it is).
+// AttrMetadataTypes, AttrDeadLetterRecord) are read as millrace's packing when a foreign
+// message uses them as String attributes and they apply exactly; decoding never depends on the
+// order Go iterates a map. The packing attributes are read all together or not at all: if any
+// of them is not a non-empty JSON object of strings without a repeated key, holds base64 that
+// does not read back exactly, a type SQS does not define or a type for a key that is not packed,
+// a record key without the millrace-dlq- prefix, or a key that is also an attribute of its own
+// (x="1" beside millrace-metadata='{"x":"2"}') or packed twice, then every packing attribute is
+// kept as content under its own name, String, value unchanged, and the message is
+// dead-lettered as malformed with all of it. So no packed value hides or replaces an attribute,
+// and millrace-metadata-types='{}' stays an attribute. An attribute of another type under a
+// packing name is an attribute like any other, and so is an AttrUUID that is not a String. A
+// foreign message whose packing does apply exactly is read as millrace's own: its dead letter
+// holds the unpacked entries, each with its value and type, not the packing text.
 //
 // # Give-up through SQS's RedrivePolicy
 //

@@ -79,7 +79,8 @@ const sqsMaxMessageSize = 256 * 1024
 // ForeignCases: millrace's attempt headers forged as attributes (the receive count is SQS's
 // and no producer can touch it), in String, Number and Binary types; Spring's
 // retry_topic-attempts as Binary of the wrong width; forged millrace-dlq-* names; a packing
-// attribute of the wrong type or not JSON; typed attributes; a message without attributes;
+// attribute of the wrong type, not JSON, colliding with an attribute of its own, or an empty
+// object; typed attributes; a message without attributes;
 // binary attribute values; a message at the size limit.
 func (harness) ForeignCases() []conformance.ForeignCase {
 	k := func(ks ...conformance.Kind) []conformance.Kind { return ks }
@@ -106,6 +107,10 @@ func (harness) ForeignCases() []conformance.ForeignCase {
 			attr(sqs.AttrMetadata, "Binary", "\xde\xad\x00\xbe\xef", "x-app", "String", "kept")),
 		sqsCase("packing attribute millrace-metadata not JSON", k(conformance.KindWrongType), "w",
 			attr(sqs.AttrMetadata, "String", "{not json", "x-app", "String", "kept")),
+		sqsCase("packed millrace-metadata colliding with an attribute of its own", k(conformance.KindForgedKeys), "c",
+			attr("x", "String", "1", sqs.AttrMetadata, "String", `{"x":"2"}`)),
+		sqsCase("packing attribute millrace-metadata-types of an empty object", k(conformance.KindWrongType), "e",
+			attr(sqs.AttrMetadataTypes, "String", `{}`, "x-app", "String", "kept")),
 		sqsCase("typed attributes: Number, Binary, String.custom, Binary.custom", k(conformance.KindWrongType), "typed",
 			attr("n", "Number", "42.50", "b", "Binary", "utf8 bytes", "j", "String.json", `{"a":1}`, "p", "Binary.png", "\x89PNG\x00")),
 		sqsCase("no attributes at all (no UUID, no metadata)", k(conformance.KindMissing), "m", nil),

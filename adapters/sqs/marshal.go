@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -295,70 +297,165 @@ func clip(s string) string {
 }
 
 // DecodeAttributes reads SQS message attributes as the adapter's subscriber does: metadata byte
-// for byte (AttrUUID left out), packed attributes unpacked; types holds the data type of every
-// value whose attribute was not a plain String. Only a String attribute under a packing name is
-// read as packing (millrace writes no other); one of another type is an attribute like any
-// other. A packed attribute that does not decode is kept under its own name, value and type
-// unchanged, and reported in errs. deadletter/sqsstore reads dead letters
-// with it.
+// for byte (a String AttrUUID left out: it is the UUID; one of another type is content), packed attributes unpacked; types holds the data type of
+// every value whose attribute was not a plain String. deadletter/sqsstore reads dead letters
+// with it. The result never depends on map iteration order.
+//
+// Only String attributes under the packing names (AttrMetadata, AttrMetadataBinary,
+// AttrMetadataTypes, AttrDeadLetterRecord) are read as packing, and only all together: they are
+// unpacked when every one of them applies exactly, and otherwise every one of them is kept as
+// content under its own name, String, value unchanged, and errs says why. They apply exactly
+// when each is a non-empty JSON object of strings with no key given twice (as millrace writes
+// them); each AttrMetadataBinary value is base64 that reads back to the same text; every
+// AttrMetadataTypes entry names a key packed in AttrMetadata or AttrMetadataBinary and a type
+// SQS defines; every AttrDeadLetterRecord key is a record key (deadletter.KeyPrefix); and no
+// packed key is also an attribute of its own or packed twice. An attribute of another type under
+// a packing name is an attribute like any other.
 func DecodeAttributes(attrs map[string]awstypes.MessageAttributeValue) (md message.Metadata, types map[string]string, errs []error) {
 	md, types = message.Metadata{}, map[string]string{}
-	var packedTypes map[string]string
-	keep := func(k string, v awstypes.MessageAttributeValue) {
-		s, t := attrValue(v)
-		md[k] = s
-		if t != wmsqs.AWSStringDataType {
-			types[k] = t
-		}
-	}
+	packs := map[string]string{}
 	for k, v := range attrs {
-		packing := aws.ToString(v.DataType) == wmsqs.AWSStringDataType
+		isString := aws.ToString(v.DataType) == wmsqs.AWSStringDataType
 		switch {
-		case k == AttrUUID:
-		case !packing:
+		case k == AttrUUID && isString:
+		case isString && isPackingName(k):
+			packs[k] = aws.ToString(v.StringValue)
+		default:
 			// millrace packs only into String attributes: one of another type under a packing
 			// name is a foreign attribute like any other, kept with its type and bytes.
-			keep(k, v)
-		case k == AttrMetadata || k == AttrDeadLetterRecord || k == AttrMetadataTypes:
-			var packed map[string]string
-			if err := json.Unmarshal([]byte(aws.ToString(v.StringValue)), &packed); err != nil {
-				errs = append(errs, fmt.Errorf("attribute %s: %w", k, err))
-				keep(k, v)
-				continue
+			s, t := attrValue(v)
+			md[k] = s
+			if t != wmsqs.AWSStringDataType {
+				types[k] = t
 			}
-			if k == AttrMetadataTypes {
-				packedTypes = packed
-				continue
-			}
-			maps.Copy(md, packed)
-		case k == AttrMetadataBinary:
-			var packed map[string]string
-			if err := json.Unmarshal([]byte(aws.ToString(v.StringValue)), &packed); err != nil {
-				errs = append(errs, fmt.Errorf("attribute %s: %w", k, err))
-				keep(k, v)
-				continue
-			}
-			for pk, pv := range packed {
-				b, err := base64.StdEncoding.DecodeString(pv)
-				if err != nil {
-					errs = append(errs, fmt.Errorf("attribute %s, key %q: %w", k, pk, err))
-					b = []byte(pv)
+		}
+	}
+	if len(packs) == 0 {
+		return md, types, nil
+	}
+	pmd, ptypes, err := unpack(packs, md)
+	if err != nil {
+		maps.Copy(md, packs) // every packing attribute, whole, as content (String)
+		return md, types, []error{err}
+	}
+	maps.Copy(md, pmd)
+	maps.Copy(types, ptypes)
+	return md, types, nil
+}
+
+// packingNames are the attribute names millrace packs into, in the order unpack reads them.
+var packingNames = []string{AttrDeadLetterRecord, AttrMetadata, AttrMetadataBinary, AttrMetadataTypes}
+
+func isPackingName(k string) bool {
+	return k == AttrMetadata || k == AttrMetadataBinary || k == AttrMetadataTypes || k == AttrDeadLetterRecord
+}
+
+// unpack reads the packing attributes packs (name to JSON text) beside the attributes own holds
+// already, and returns the metadata and types they carry, or an error naming the first packing
+// attribute that does not apply exactly (see DecodeAttributes). It reads packs in a fixed order.
+func unpack(packs map[string]string, own message.Metadata) (message.Metadata, map[string]string, error) {
+	md, types := message.Metadata{}, map[string]string{}
+	packed := map[string]map[string]string{}
+	for _, name := range packingNames {
+		text, ok := packs[name]
+		if !ok {
+			continue
+		}
+		m, err := strictStringObject(text)
+		if err != nil {
+			return nil, nil, fmt.Errorf("attribute %s: %w; the packing attributes are kept as they are", name, err)
+		}
+		packed[name] = m
+	}
+	put := func(name, k, v string) error {
+		if _, ok := own[k]; ok {
+			return fmt.Errorf("attribute %s: key %q is also an attribute of its own; the packing attributes are kept as they are", name, clip(k))
+		}
+		if _, ok := md[k]; ok {
+			return fmt.Errorf("attribute %s: key %q is packed twice; the packing attributes are kept as they are", name, clip(k))
+		}
+		md[k] = v
+		return nil
+	}
+	for _, name := range packingNames[:3] {
+		for _, k := range slices.Sorted(maps.Keys(packed[name])) {
+			v := packed[name][k]
+			switch name {
+			case AttrDeadLetterRecord:
+				if !strings.HasPrefix(k, deadletter.KeyPrefix) {
+					return nil, nil, fmt.Errorf("attribute %s: key %q is not a record key; the packing attributes are kept as they are", name, clip(k))
 				}
-				md[pk] = string(b)
+			case AttrMetadataBinary:
+				b, err := base64.StdEncoding.DecodeString(v)
+				if err != nil || base64.StdEncoding.EncodeToString(b) != v {
+					return nil, nil, fmt.Errorf("attribute %s: key %q is not base64 that reads back exactly; the packing attributes are kept as they are", name, clip(k))
+				}
+				v = string(b)
 				if !utf8.Valid(b) {
-					types[pk] = wmsqs.AWSBinaryDataType
+					types[k] = wmsqs.AWSBinaryDataType
 				}
 			}
-		default:
-			keep(k, v)
+			if err := put(name, k, v); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
-	for k, t := range packedTypes {
-		if _, ok := md[k]; ok && validType(t) {
-			types[k] = t
+	for _, k := range slices.Sorted(maps.Keys(packed[AttrMetadataTypes])) {
+		t := packed[AttrMetadataTypes][k]
+		_, inText := packed[AttrMetadata][k]
+		_, inBinary := packed[AttrMetadataBinary][k]
+		if !inText && !inBinary {
+			return nil, nil, fmt.Errorf("attribute %s: key %q is not packed metadata; the packing attributes are kept as they are", AttrMetadataTypes, clip(k))
 		}
+		if !validType(t) {
+			return nil, nil, fmt.Errorf("attribute %s: key %q has type %q, which SQS does not define; the packing attributes are kept as they are", AttrMetadataTypes, clip(k), clip(t))
+		}
+		types[k] = t
 	}
-	return md, types, errs
+	return md, types, nil
+}
+
+// strictStringObject decodes text as a non-empty JSON object whose values are all strings and
+// whose keys are all distinct (encoding/json would keep the last of a repeated key silently).
+// Allocation is proportional to len(text).
+func strictStringObject(text string) (map[string]string, error) {
+	if !utf8.ValidString(text) {
+		return nil, errors.New("not valid UTF-8")
+	}
+	dec := json.NewDecoder(strings.NewReader(text))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errors.New("not a JSON object")
+	}
+	m := map[string]string{}
+	for dec.More() {
+		kt, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("not a JSON object: %w", err)
+		}
+		k, _ := kt.(string) // an object key is always a string
+		vt, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("not a JSON object: %w", err)
+		}
+		v, ok := vt.(string)
+		if !ok {
+			return nil, fmt.Errorf("key %q: value is not a JSON string", clip(k))
+		}
+		if _, dup := m[k]; dup {
+			return nil, fmt.Errorf("key %q given twice", clip(k))
+		}
+		m[k] = v
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("text after the JSON object")
+	}
+	if len(m) == 0 {
+		return nil, errors.New("an empty object (millrace writes no empty packing)")
+	}
+	return m, nil
 }
 
 // attrValue returns the value of an attribute (StringValue, or BinaryValue for a Binary type)

@@ -228,3 +228,70 @@ func TestDecodeAttributesPackingNameOfAnotherType(t *testing.T) {
 		t.Fatalf("%s = %q, want it kept", AttrMetadataTypes, md[AttrMetadataTypes])
 	}
 }
+
+// DecodeAttributes is deterministic, and packing it cannot apply exactly loses nothing: when
+// packed metadata (AttrMetadata, AttrMetadataBinary, AttrMetadataTypes) or the packed record
+// would collide with an attribute of its own, with another packing, or says nothing millrace
+// would write, every packing attribute is kept as content, whole, and reported. Each set is
+// decoded many times (map iteration order differs between runs): every run must give the same
+// result.
+func TestDecodeAttributesPackingCollision(t *testing.T) {
+	s := stringAttr
+	b64 := "/wA=" // 0xff 0x00
+	cases := []struct {
+		name   string
+		attrs  map[string]types.MessageAttributeValue
+		md     message.Metadata
+		types  map[string]string
+		errors bool
+	}{
+		{"packed key collides with an attribute",
+			map[string]types.MessageAttributeValue{"x": s("1"), AttrMetadata: s(`{"x":"2"}`)},
+			message.Metadata{"x": "1", AttrMetadata: `{"x":"2"}`}, map[string]string{}, true},
+		{"empty types packing",
+			map[string]types.MessageAttributeValue{AttrMetadataTypes: s(`{}`), "a": s("v")},
+			message.Metadata{AttrMetadataTypes: `{}`, "a": "v"}, map[string]string{}, true},
+		{"empty metadata packing",
+			map[string]types.MessageAttributeValue{AttrMetadata: s(`{}`)},
+			message.Metadata{AttrMetadata: `{}`}, map[string]string{}, true},
+		{"text and binary packing hold the same key",
+			map[string]types.MessageAttributeValue{AttrMetadata: s(`{"k":"a"}`), AttrMetadataBinary: s(`{"k":"` + b64 + `"}`)},
+			message.Metadata{AttrMetadata: `{"k":"a"}`, AttrMetadataBinary: `{"k":"` + b64 + `"}`}, map[string]string{}, true},
+		{"record key collides with an attribute",
+			map[string]types.MessageAttributeValue{deadletter.KeyReason: s("discarded"), AttrDeadLetterRecord: s(`{"millrace-dlq-attempts":"1","millrace-dlq-reason":"exhausted"}`)},
+			message.Metadata{deadletter.KeyReason: "discarded", AttrDeadLetterRecord: `{"millrace-dlq-attempts":"1","millrace-dlq-reason":"exhausted"}`}, map[string]string{}, true},
+		{"record holds a key that is not a record key",
+			map[string]types.MessageAttributeValue{AttrDeadLetterRecord: s(`{"x":"2"}`)},
+			message.Metadata{AttrDeadLetterRecord: `{"x":"2"}`}, map[string]string{}, true},
+		{"duplicate key inside the packing",
+			map[string]types.MessageAttributeValue{AttrMetadata: s(`{"x":"1","x":"2"}`)},
+			message.Metadata{AttrMetadata: `{"x":"1","x":"2"}`}, map[string]string{}, true},
+		{"type of a key that is not packed",
+			map[string]types.MessageAttributeValue{"y": s("7"), AttrMetadata: s(`{"x":"1"}`), AttrMetadataTypes: s(`{"y":"Number"}`)},
+			message.Metadata{"y": "7", AttrMetadata: `{"x":"1"}`, AttrMetadataTypes: `{"y":"Number"}`}, map[string]string{}, true},
+		{"type that SQS does not define",
+			map[string]types.MessageAttributeValue{AttrMetadata: s(`{"x":"1"}`), AttrMetadataTypes: s(`{"x":"Bogus"}`)},
+			message.Metadata{AttrMetadata: `{"x":"1"}`, AttrMetadataTypes: `{"x":"Bogus"}`}, map[string]string{}, true},
+		{"base64 that does not read back",
+			map[string]types.MessageAttributeValue{AttrMetadataBinary: s(`{"k":"/w\n=="}`), "z": {DataType: aws.String("Binary"), BinaryValue: []byte{1}}},
+			message.Metadata{AttrMetadataBinary: `{"k":"/w\n=="}`, "z": "\x01"}, map[string]string{"z": "Binary"}, true},
+		{"a bad packing keeps the good ones whole too",
+			map[string]types.MessageAttributeValue{AttrMetadata: s(`{"a":"1"}`), AttrDeadLetterRecord: s(`{not json`)},
+			message.Metadata{AttrMetadata: `{"a":"1"}`, AttrDeadLetterRecord: `{not json`}, map[string]string{}, true},
+		{"clean packing beside attributes of their own is unpacked",
+			map[string]types.MessageAttributeValue{"z": s("own"), AttrMetadata: s(`{"a":"1","n":"42"}`), AttrMetadataBinary: s(`{"bin":"` + b64 + `"}`),
+				AttrMetadataTypes: s(`{"n":"Number"}`), AttrDeadLetterRecord: s(`{"millrace-dlq-reason":"malformed"}`)},
+			message.Metadata{"z": "own", "a": "1", "n": "42", "bin": "\xff\x00", deadletter.KeyReason: "malformed"},
+			map[string]string{"n": "Number", "bin": "Binary"}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for range 200 {
+				md, typeOf, errs := DecodeAttributes(c.attrs)
+				if !maps.Equal(md, c.md) || !maps.Equal(typeOf, c.types) || (len(errs) > 0) != c.errors {
+					t.Fatalf("decoded %q types %q errs %v, want %q types %q (errors: %v)", md, typeOf, errs, c.md, c.types, c.errors)
+				}
+			}
+		})
+	}
+}
