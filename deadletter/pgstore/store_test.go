@@ -16,7 +16,16 @@ import (
 
 func TestStore(t *testing.T) {
 	pool := pgtest.Pool(t)
-	storetest.Run(t, func(t *testing.T) deadletter.Store { return pgtest.Store(t, pool) }, storetest.Options{})
+	storetest.Run(t, func(t *testing.T) deadletter.Store { return pgtest.Store(t, pool) }, storetest.Options{
+		// Every kind the table must keep: repeated names in order, binary names and values, an
+		// empty value, typed fields (AMQP headers, SQS attributes), a non-UTF-8 type.
+		Native: []deadletter.Field{
+			{Name: "user", Value: []byte("u-5")}, {Name: "event", Value: []byte("legacy")},
+			{Name: "user", Value: []byte("u-6")}, {Name: "\x00\xff name", Value: []byte{0, 0xff, 0xfe}},
+			{Name: "", Value: nil}, {Name: "x-count", Type: "l", Value: []byte{0, 0, 0, 0, 0, 0, 0, 7}},
+			{Name: "attr", Type: "Binary\xff", Value: []byte("<&>\"")},
+		},
+	})
 }
 
 func TestMigrateIsIdempotentUnderConcurrency(t *testing.T) {
