@@ -22,8 +22,22 @@
 //	metadata         | jsonb       | Metadata entries whose key and value are valid UTF-8 without NUL
 //	metadata_binary  | jsonb       | the other Metadata entries, key and value base64 (std) encoded
 //	stored_at        | timestamptz | when the row was written (the Entry's StoredAt)
+//	native           | jsonb       | Native (NULL = none): see below
 //
-// Payload and metadata round-trip exactly. The text columns hold PostgreSQL text, which cannot
+// Payload and metadata round-trip exactly. So does Native, the original content as the broker
+// held it where Payload and Metadata cannot hold it (a foreign Redis entry's fields, Kafka
+// headers that repeat a name, typed AMQP headers or SQS attributes; package sink fills it from
+// the adapter): a JSON array, in order, of {"name": text, "type": text (absent when ""),
+// "value": base64 (std)}, a name or type that jsonb cannot hold as text being written base64
+// under "name_base64" / "type_base64". A row without it (one written before schema version 2
+// included) reads back with nil Native.
+//
+// attempts is at least 1: Put refuses a record with fewer, and the table CHECKs it for every
+// row written since schema version 2. A row that breaks it (written by an older build or by
+// hand), or whose native column does not decode, is still returned by Get and List, content and
+// context kept, but not as a valid dead letter: Reason empty, Attempts 0, and LastError saying
+// why ("not a millrace dead letter: ...; last error: <the row's last_error>"), as the broker
+// stores report entries they cannot decode. The text columns hold PostgreSQL text, which cannot
 // carry NUL or invalid UTF-8: such bytes are replaced by U+FFFD rather than failing the write,
 // because a dead-letter write that can never succeed would leave its message redelivered forever.
 // Timestamps keep microseconds (PostgreSQL's precision).
