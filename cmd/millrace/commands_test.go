@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/millrace/millrace/deadletter"
+	"github.com/millrace/millrace/deadletter/pgstore"
 	"github.com/millrace/millrace/deadletter/pgstore/pgtest"
 )
 
@@ -200,7 +202,7 @@ func TestMigrateCommand(t *testing.T) {
 		t.Fatalf("list before migrate: exit %d, stderr %q", r.code, r.stderr)
 	}
 	for range 2 {
-		if out := c.ok("dlq", "migrate"); !strings.Contains(out, "schema version 1") {
+		if out := c.ok("dlq", "migrate"); !strings.Contains(out, fmt.Sprintf("schema version %d", pgstore.LatestVersion())) {
 			t.Fatalf("migrate: %q", out)
 		}
 	}
