@@ -1,26 +1,13 @@
 package redisstream
 
-import "testing"
+import (
+	"testing"
 
-// keySlot is Redis Cluster's hash slot of key: CRC16 (XMODEM) of its hash tag, or of the whole
-// key without one, modulo 16384.
-func keySlot(key string) uint16 {
-	if tag, ok := hashTag(key); ok {
-		key = tag
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc % 16384
-}
+	"github.com/millrace/millrace/internal/redisslot"
+)
+
+// keySlot is Redis Cluster's hash slot of key.
+func keySlot(key string) uint16 { return redisslot.Of(key) }
 
 // TestKeySlot checks the test's slot function against the values in the Redis Cluster
 // specification, so that TestKeysShareTheStreamSlot means something.
