@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/internal/redisslot"
 )
 
 // ScheduleRetry leaves the entry pending (no XACK, no in-process resend) and returns
@@ -52,22 +52,8 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 // ("millrace:retry:{<stream>}:<group>"). Wrapping a tagged name in braces would not work: the tag
 // of "{{orders}.events}" is "{orders".
 func (a *Adapter) retryKey(stream string) string {
-	if tag, ok := hashTag(stream); ok {
+	if tag, ok := redisslot.HashTag(stream); ok {
 		return "millrace:retry:{" + tag + "}:" + stream + ":" + a.cfg.Group
 	}
 	return "millrace:retry:{" + stream + "}:" + a.cfg.Group
-}
-
-// hashTag returns the part of key Redis Cluster hashes when it is not the whole key: the text
-// between the first "{" and the first "}" after it, if that text is not empty.
-func hashTag(key string) (string, bool) {
-	_, after, ok := strings.Cut(key, "{")
-	if !ok {
-		return "", false
-	}
-	tag, _, ok := strings.Cut(after, "}")
-	if !ok || tag == "" {
-		return "", false
-	}
-	return tag, true
 }
