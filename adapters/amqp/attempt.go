@@ -96,9 +96,9 @@ func decodeDelivery(queue string, qt QueueType, d amqp091.Delivery) (millrace.At
 			n.returns = 1
 		}
 	}
-	counted := addSat(n.rejections, n.returns)
-	a.Number = addSat(max(a.Number, 1), counted)
-	a.NativeCount = addSat(1, counted)
+	counted := millrace.SaturatingAdd(n.rejections, n.returns)
+	a.Number = millrace.SaturatingAdd(max(a.Number, 1), counted)
+	a.NativeCount = millrace.SaturatingAdd(1, counted)
 	if a.Source != millrace.SourceHeader {
 		a.Source = millrace.SourceNative
 	}

@@ -81,7 +81,7 @@ func TestUntrustedHistoryIsNeverRejected(t *testing.T) {
 			if _, ok := cp.Headers["x-death"]; ok || string(cp.Body) != c.name {
 				t.Errorf("copy %q carries x-death %v", cp.Body, cp.Headers["x-death"])
 			}
-			if got, want := cp.Headers[millrace.HeaderAttempt], strconv.Itoa(addSat(at.Number, 1)); got != want {
+			if got, want := cp.Headers[millrace.HeaderAttempt], strconv.Itoa(millrace.SaturatingAdd(at.Number, 1)); got != want {
 				t.Errorf("copy carries %s %#v, want %q", millrace.HeaderAttempt, got, want)
 			}
 		})

@@ -286,7 +286,7 @@ func FuzzDecodeAttempt(f *testing.F) {
 		}
 		xd, _ := h[headerXDeath].([]any)
 		kept := len(xd) > 0 && reason != "" && reflect.DeepEqual(xd[0], workEntry(count, reason, false))
-		if kept && reason == reasonRejected && count > 0 && a.Number < addSat(1, clampInt(count)) {
+		if kept && reason == reasonRejected && count > 0 && a.Number < millrace.SaturatingAdd(1, clampInt(count)) {
 			t.Fatalf("attempt %d does not count the work queue's %d rejections", a.Number, count)
 		}
 		d.Headers = reversed(h)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/millrace/millrace"
 )
 
 // Broker-owned headers: RabbitMQ writes them, millrace reads them and never republishes them
@@ -73,7 +75,7 @@ func readNative(headers amqp091.Table, queue string) native {
 			continue
 		}
 		if c, ok := intValue(e["count"]); ok && c > 0 {
-			n.rejections = addSat(n.rejections, clampInt(c))
+			n.rejections = millrace.SaturatingAdd(n.rejections, clampInt(c))
 		}
 		t, hasTime := e["time"].(time.Time)
 		if hasTime && (n.firstFailure.IsZero() || t.Before(n.firstFailure)) {
@@ -248,14 +250,6 @@ func isTierQueue(q, queue string) bool {
 		}
 	}
 	return true
-}
-
-// addSat returns a+b for non-negative a and b, saturating at math.MaxInt.
-func addSat(a, b int) int {
-	if b > math.MaxInt-a {
-		return math.MaxInt
-	}
-	return a + b
 }
 
 // clampInt converts a non-negative int64 to int, saturating where int is narrower.
