@@ -71,7 +71,8 @@ func decodeAttempt(queue string, qt QueueType, d amqp091.Delivery) millrace.Atte
 // is trusted (see trustedHistory).
 func decodeDelivery(queue string, qt QueueType, d amqp091.Delivery) (millrace.Attempt, bool) {
 	var md message.Metadata // only a millrace republish carries these headers
-	own := ownHistory(d.Headers, queue)
+	n := readNative(d.Headers, queue)
+	own := n.own
 	for _, k := range retryHeaders {
 		if !own {
 			// Not back from one of millrace's retry tiers: a millrace-* header is the
@@ -86,7 +87,6 @@ func decodeDelivery(queue string, qt QueueType, d amqp091.Delivery) (millrace.At
 		}
 	}
 	a := millrace.AttemptFromHeaders(md)
-	n := readNative(d.Headers, queue)
 	if qt != Quorum {
 		// Classic queues set no x-delivery-count (one in the headers came from a publisher). The
 		// redelivered flag is per queue entry: a trip through a retry tier starts a new entry

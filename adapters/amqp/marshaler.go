@@ -142,7 +142,8 @@ func (m Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 // x-first-death-queue. The subscriber, which knows its queue, uses originalKeyFor.
 func originalKey(d amqp091.Delivery) string {
 	q, _ := d.Headers[headerFirstQueue].(string)
-	return originalKeyFor(d, readNative(d.Headers, q), q != "" && ownHistory(d.Headers, q))
+	n := readNative(d.Headers, q)
+	return originalKeyFor(d, n, q != "" && n.own)
 }
 
 // originalKeyFor is the original routing key of d given its history n for its work queue: the

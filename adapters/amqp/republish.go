@@ -141,9 +141,16 @@ func ownHistory(headers amqp091.Table, queue string) bool {
 		return false
 	}
 	entries, _ := headers[headerXDeath].([]any)
+	return backFromTier(entries, queue)
+}
+
+// backFromTier reports whether a trusted x-death array has an entry for a retry tier of work
+// queue queue with reason expired: the delivery came back from that tier.
+func backFromTier(entries []any, queue string) bool {
 	for _, x := range entries {
-		e, _ := x.(amqp091.Table) // trustedHistory: every entry is a well-formed table
-		if q, r := e["queue"].(string), e["reason"].(string); r == reasonExpired && isTierQueue(q, queue) {
+		e, _ := x.(amqp091.Table)
+		q, _ := e["queue"].(string)
+		if r, _ := e["reason"].(string); r == reasonExpired && isTierQueue(q, queue) {
 			return true
 		}
 	}

@@ -50,6 +50,9 @@ type native struct {
 	// topology gives it (see trustedHistory): only then may the delivery be rejected into the
 	// broker's dead-letter path.
 	trusted bool
+	// own reports that the delivery came back from one of the work queue's retry tiers with
+	// such a history (see ownHistory): its millrace-* headers are millrace's retry state.
+	own bool
 }
 
 // readNative reads x-death, x-first-death-* and x-delivery-count for a delivery from the work
@@ -87,6 +90,7 @@ func readNative(headers amqp091.Table, queue string) native {
 	}
 	n.originalKey = key.key
 	n.trusted = trustedHistory(headers, queue)
+	n.own = n.trusted && backFromTier(entries, queue)
 	return n
 }
 
