@@ -110,19 +110,14 @@ func (a *Adapter) Publish(topic string, msgs ...*message.Message) error {
 }
 
 func (a *Adapter) enqueue(topic string, m *message.Message) error {
-	return a.enqueueRetry(topic, m, nil)
-}
-
-// enqueueRetry enqueues a copy of m; retry, when set, is the attempt the copy is for.
-func (a *Adapter) enqueueRetry(topic string, m *message.Message, retry *millrace.Attempt) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.enqueueLocked(topic, m, retry)
+	return a.enqueueLocked(topic, m, nil)
 }
 
-// enqueueLocked is enqueueRetry with a.mu held. The push happens under a.mu too (a.mu is always
-// taken before a queue's own lock), so a retry whose timer fires is never in neither place for
-// Outstanding.
+// enqueueLocked enqueues a copy of m with a.mu held; retry, when set, is the attempt the copy
+// is for. The push happens under a.mu too (a.mu is always taken before a queue's own lock), so
+// a retry whose timer fires is never in neither place for Outstanding.
 func (a *Adapter) enqueueLocked(topic string, m *message.Message, retry *millrace.Attempt) error {
 	if a.closed {
 		return millrace.ErrClosed

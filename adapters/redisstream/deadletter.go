@@ -54,7 +54,7 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 		return nil
 	}
 	// Not one of ours: no entry to copy or acknowledge; write the record's content.
-	original, err := recordFields(rec)
+	original, err := wire.RecordFields(rec)
 	if err != nil {
 		return fmt.Errorf("redisstream: dead-letter to %s: %w", dlq, err)
 	}
@@ -63,20 +63,6 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 	}
 	a.stats.deadLettered.Add(1)
 	return nil
-}
-
-// recordFields returns the original fields of a record that did not come from this adapter's
-// subscriber: its Native content when it has some (a Redis entry's fields, exactly), else its
-// message in watermill-redisstream's layout.
-func recordFields(rec deadletter.Record) ([]string, error) {
-	if rec.Native != nil {
-		return wire.FromNative(rec.Native)
-	}
-	orig := message.NewMessage(rec.UUID, rec.Payload)
-	for k, v := range rec.Metadata {
-		orig.Metadata[k] = v
-	}
-	return wire.Marshal(orig)
 }
 
 // deadLetterOwned writes fields to dlq and acknowledges the delivery's entry, if it still owns it.

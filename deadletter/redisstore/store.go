@@ -89,20 +89,12 @@ func (s *Store) Put(ctx context.Context, rec deadletter.Record) (string, error) 
 	if !rec.Reason.Valid() {
 		return "", fmt.Errorf("redisstore: put: reason %q is not discarded, exhausted or malformed", rec.Reason)
 	}
-	var original []string
-	var err error
-	if rec.Native != nil {
-		if original, err = wire.FromNative(rec.Native); err != nil {
-			return "", fmt.Errorf("redisstore: put: %w: %w", deadletter.ErrNotReplayable, err)
-		}
-	} else {
-		orig := message.NewMessage(rec.UUID, rec.Payload)
-		for k, v := range rec.Metadata {
-			orig.Metadata[k] = v
-		}
-		if original, err = wire.Marshal(orig); err != nil {
-			return "", fmt.Errorf("redisstore: put: %w", err)
-		}
+	original, err := wire.RecordFields(rec)
+	if errors.Is(err, wire.ErrNotRedisField) {
+		return "", fmt.Errorf("redisstore: put: %w: %w", deadletter.ErrNotReplayable, err)
+	}
+	if err != nil {
+		return "", fmt.Errorf("redisstore: put: %w", err)
 	}
 	id, err := s.client.XAdd(ctx, &redis.XAddArgs{Stream: s.stream, Values: wire.DeadLetterFields(original, rec)}).Result()
 	if err != nil {

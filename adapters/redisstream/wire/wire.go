@@ -281,6 +281,20 @@ func FromNative(native []deadletter.Field) ([]string, error) {
 	return out, nil
 }
 
+// RecordFields returns the original fields of rec: its Native content when it has some
+// (FromNative: a Redis entry's fields, exactly; an error wraps ErrNotRedisField), else its
+// message in watermill-redisstream's layout (Marshal).
+func RecordFields(rec deadletter.Record) ([]string, error) {
+	if rec.Native != nil {
+		return FromNative(rec.Native)
+	}
+	orig := message.NewMessage(rec.UUID, rec.Payload)
+	for k, v := range rec.Metadata {
+		orig.Metadata[k] = v
+	}
+	return Marshal(orig)
+}
+
 // Args returns fields as command arguments (for XADD or a script's ARGV).
 func Args(fields []string) []any {
 	out := make([]any, len(fields))
