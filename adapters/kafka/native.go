@@ -182,7 +182,7 @@ func retryHeaders(d *delivery, uuid string, state message.Metadata) []sarama.Rec
 // original header can forge), the UUID where the original headers do not carry it, and
 // KeyOriginalHeaders.
 func deadLetterHeaders(d *delivery, rec deadletter.Record) []sarama.RecordHeader {
-	state := maps.Clone(headersMetadata(d.state))
+	state := maps.Clone(d.stateMD) // the state headers as decode read them; nil on the source topic
 	if state == nil {
 		state = message.Metadata{}
 	}
@@ -259,7 +259,11 @@ func OriginalHeaders(hs []*sarama.RecordHeader) ([]deadletter.Field, bool) {
 // attemptState reads the retry state of a record: the attempt history from its state headers
 // (none on the source topic) and whether they were trusted.
 func attemptState(state []*sarama.RecordHeader, fromRetryTopic bool) (millrace.Attempt, message.Metadata, error) {
+	if !fromRetryTopic { // no state on the source topic: no map to build for every healthy record
+		a, err := decodeAttempt(nil, false)
+		return a, nil, err
+	}
 	md := headersMetadata(state)
-	a, err := decodeAttempt(md, fromRetryTopic)
+	a, err := decodeAttempt(md, true)
 	return a, md, err
 }

@@ -138,10 +138,8 @@ var saramaDefaultMaxMessageBytes = sarama.NewConfig().Producer.MaxMessageBytes
 // sizing is how a source topic's retries and dead letters are written: the producer limit and
 // the max.message.bytes its retry and dead-letter topics need.
 type sizing struct {
-	source      int64 // the source topic's max.message.bytes
-	producer    int64 // Producer.MaxMessageBytes of the retry producer
-	topicLimit  int64 // max.message.bytes the retry and dead-letter topics need
-	recordLimit int64 // maxRecordBytes(source)
+	producer   int64 // Producer.MaxMessageBytes of the retry producer
+	topicLimit int64 // max.message.bytes the retry and dead-letter topics need
 }
 
 // sizeFor returns the sizing for a source topic of max.message.bytes s, or an error when it
@@ -149,7 +147,7 @@ type sizing struct {
 // Producer.MaxMessageBytes, an error naming the topic when no producer can write it.
 func (a *Adapter) sizeFor(topic string, s int64) (sizing, error) {
 	need := maxRecordBytes(s)
-	z := sizing{source: s, producer: need, recordLimit: need}
+	z := sizing{producer: need}
 	if user := a.userMaxMessageBytes(); user > 0 {
 		if user < need {
 			return sizing{}, &millrace.ConfigError{Field: "kafka.Config.Sarama.Producer.MaxMessageBytes", Value: strconv.FormatInt(user, 10),
