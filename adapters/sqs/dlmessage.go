@@ -83,7 +83,7 @@ func deadLetterMessage(msg *message.Message, limit int, types map[string]string)
 				}
 			}
 		}
-		record[KeyTrimmed] = trimNote(nil, cut)
+		record[KeyTrimmed] = trimNote(cut)
 		if m, ok := fits(); ok {
 			return m, nil
 		}
@@ -133,15 +133,11 @@ func messageSize(m *awstypes.Message) int {
 }
 
 // trimNote is KeyTrimmed's value, at most 512 bytes.
-func trimNote(dropped, cut []string) string {
-	var parts []string
-	if len(dropped) > 0 {
-		parts = append(parts, "metadata: "+strings.Join(dropped, ", "))
-	}
+func trimNote(cut []string) string {
+	var note string
 	if len(cut) > 0 {
-		parts = append(parts, "cut: "+strings.Join(cut, ", "))
+		note = "cut: " + strings.Join(cut, ", ")
 	}
-	note := strings.Join(parts, "; ")
 	if len(note) > 512 {
 		note = truncateUTF8(note, 512-len("...")) + "..."
 	}

@@ -183,8 +183,7 @@ func individually(md, types map[string]string, room int) bool {
 		} else if utf8.ValidString(v) && !isText(v) {
 			return false
 		}
-		switch k {
-		case AttrUUID, AttrDeadLetterRecord, AttrMetadata, AttrMetadataBinary, AttrMetadataTypes:
+		if k == AttrUUID || isPackingName(k) {
 			return false
 		}
 	}
@@ -346,9 +345,7 @@ func DecodeAttributes(attrs map[string]awstypes.MessageAttributeValue) (md messa
 // packingNames are the attribute names millrace packs into, in the order unpack reads them.
 var packingNames = []string{AttrDeadLetterRecord, AttrMetadata, AttrMetadataBinary, AttrMetadataTypes}
 
-func isPackingName(k string) bool {
-	return k == AttrMetadata || k == AttrMetadataBinary || k == AttrMetadataTypes || k == AttrDeadLetterRecord
-}
+func isPackingName(k string) bool { return slices.Contains(packingNames, k) }
 
 // unpack reads the packing attributes packs (name to JSON text) beside the attributes own holds
 // already, and returns the metadata and types they carry, or an error naming the first packing
