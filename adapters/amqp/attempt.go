@@ -39,10 +39,10 @@ func deliveryFrom(ctx context.Context) *delivery {
 	return d
 }
 
-// retryHeaders are the millrace headers decodeAttempt reads.
+// retryHeaders are the millrace headers decodeDelivery reads.
 var retryHeaders = []string{millrace.HeaderAttempt, millrace.HeaderFirstAttemptAt, millrace.HeaderLastError}
 
-// decodeAttempt computes the Attempt of a delivery from queue.
+// decodeDelivery computes the Attempt of a delivery from queue.
 //
 // Number = base + rejections + returns, summed with saturation (never below 1, never wrapping),
 // where
@@ -62,13 +62,9 @@ var retryHeaders = []string{millrace.HeaderAttempt, millrace.HeaderFirstAttemptA
 //     however often a classic queue redelivers a message it counts once.
 //
 // NativeCount is 1 + rejections + returns: what the broker counted for this copy.
-func decodeAttempt(queue string, qt QueueType, d amqp091.Delivery) millrace.Attempt {
-	a, _ := decodeDelivery(queue, qt, d)
-	return a
-}
-
-// decodeDelivery is decodeAttempt that also reports whether the delivery's dead-letter history
-// is trusted (see trustedHistory).
+//
+// It also reports whether the delivery may be rejected into the broker's dead-letter path (see
+// delivery.trusted).
 func decodeDelivery(queue string, qt QueueType, d amqp091.Delivery) (millrace.Attempt, bool) {
 	var md message.Metadata // only a millrace republish carries these headers
 	n := readNative(d.Headers, queue)

@@ -354,7 +354,7 @@ func FuzzMarshalerUnmarshal(f *testing.F) {
 		for k, v := range h {
 			_, got := cp.Headers[k]
 			switch {
-			case brokerOwned(k):
+			case BrokerOwned(k):
 				if got {
 					t.Fatalf("retry copy carries broker-owned %s", k)
 				}
@@ -378,7 +378,7 @@ func FuzzMarshalerUnmarshal(f *testing.F) {
 		}
 		for k, v := range h {
 			key := deadletter.EscapeKey(k)
-			if brokerOwned(k) && own {
+			if BrokerOwned(k) && own {
 				key = HeaderHistoryPrefix + k // millrace's retry history, not the producer's
 			} else if k == headerXDeath {
 				if xd, ok := v.([]any); !ok || !harmlessDeaths(xd) {

@@ -93,7 +93,7 @@ func (m Marshaler) Marshal(msg *message.Message) (amqp091.Publishing, error) {
 		p.DeliveryMode = amqp091.Persistent
 	}
 	for k, v := range msg.Metadata {
-		if deliveryOnly(k) || brokerOwned(k) {
+		if deliveryOnly(k) || BrokerOwned(k) {
 			continue
 		}
 		p.Headers[k] = v
@@ -111,6 +111,12 @@ func (m Marshaler) Marshal(msg *message.Message) (amqp091.Publishing, error) {
 // header, else the message-id property, else it is empty (a producer that sets neither gives
 // no stable identity to deduplicate on).
 func (m Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
+	return m.unmarshal(d, originalKey(d)), nil
+}
+
+// unmarshal is Unmarshal with the original routing key already known: the subscriber, which
+// knows its queue, reads it once with the rest of the delivery's history (decodeDelivery).
+func (m Marshaler) unmarshal(d amqp091.Delivery, key string) *message.Message {
 	uuid := d.MessageId
 	if v, ok := d.Headers[m.uuidHeader()]; ok {
 		uuid = headerText(v)
@@ -127,14 +133,14 @@ func (m Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 			md[prop.key] = v
 		}
 	}
-	md[MetadataRoutingKey] = originalKey(d)
+	md[MetadataRoutingKey] = key
 	md[MetadataDeliveryRoutingKey] = d.RoutingKey
 	md[MetadataExchange] = d.Exchange
 	if d.Redelivered {
 		md[MetadataRedelivered] = "true"
 	}
 	msg.Metadata = md
-	return msg, nil
+	return msg
 }
 
 // originalKey is the routing key the message was first published with, for a delivery from an
@@ -175,7 +181,10 @@ func deliveryOnly(key string) bool {
 	return false
 }
 
-func brokerOwned(key string) bool {
+// BrokerOwned reports whether key is a header RabbitMQ writes when it dead-letters a message
+// (x-death, x-first-death-*, x-last-death-*, x-delivery-count): a client must not set it on a
+// work or retry queue, where RabbitMQ 3.x would act on it.
+func BrokerOwned(key string) bool {
 	return key == headerXDeath || key == headerDeliveryCount ||
 		strings.HasPrefix(key, "x-first-death-") || strings.HasPrefix(key, "x-last-death-")
 }

@@ -88,7 +88,7 @@ func (m Marshaler) copyOf(raw amqp091.Delivery, queue string, msg *message.Messa
 				}
 				continue
 			}
-			if brokerOwned(k) {
+			if BrokerOwned(k) {
 				// The history RabbitMQ wrote while millrace retried the message: never on a
 				// copy; in the dead letter under a name of millrace's own.
 				if dead {
@@ -193,7 +193,7 @@ func retryKey(key string) bool {
 // copies: a broker-owned header, a header named like a retry header, or one named like a kept
 // header (so that no producer header can pass for one millrace kept).
 func saved(name string) bool {
-	return brokerOwned(name) || retryKey(name) || strings.HasPrefix(name, savedPrefix)
+	return BrokerOwned(name) || retryKey(name) || strings.HasPrefix(name, savedPrefix)
 }
 
 // millraceKey reports whether key is one millrace itself writes as text: a retry header of the

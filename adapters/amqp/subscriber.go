@@ -142,11 +142,10 @@ func (s *subscriber) handle(stop, msgCtx context.Context, topic string, deliveri
 				return
 			}
 		}
-		msg, _ := s.a.marshaler.Unmarshal(d)
 		at, trusted := decodeDelivery(topic, s.a.cfg.QueueType, d)
 		state := &delivery{attempt: at, trusted: trusted, raw: d}
 		// The queue-aware original key: the Marshaler alone does not know the queue.
-		msg.Metadata[MetadataRoutingKey] = at.OriginalKey
+		msg := s.a.marshaler.unmarshal(d, at.OriginalKey)
 		// Not derived from stop: Watermill closes the subscriber as soon as the router starts
 		// closing, while the handler may still finish within the router's CloseTimeout.
 		mctx := context.WithValue(msgCtx, deliveryKey{}, state)

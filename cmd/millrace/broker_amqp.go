@@ -180,21 +180,17 @@ func replayedHeader(k string) bool {
 	switch k {
 	case amqp.MetadataRoutingKey, amqp.MetadataDeliveryRoutingKey, amqp.MetadataExchange, amqp.MetadataRedelivered,
 		millrace.HeaderAttempt, millrace.HeaderFirstAttemptAt, millrace.HeaderNotBefore,
-		millrace.HeaderOriginalTopic, millrace.HeaderOriginalKey, millrace.HeaderLastError,
-		"x-death", "x-delivery-count":
+		millrace.HeaderOriginalTopic, millrace.HeaderOriginalKey, millrace.HeaderLastError:
 		return false
 	}
-	return !strings.HasPrefix(k, "x-first-death-") && !strings.HasPrefix(k, "x-last-death-") &&
-		!strings.HasPrefix(k, amqp.HeaderHistoryPrefix)
+	return !amqp.BrokerOwned(k) && !strings.HasPrefix(k, amqp.HeaderHistoryPrefix)
 }
 
 // producerHistory returns the name of a dead-letter history header (x-death, x-first-death-*,
 // x-last-death-*) the record holds as the producer's content, or "". x-delivery-count is not
 // one: a quorum DLQ adds it itself when a reader puts a dead letter back.
 func producerHistory(rec deadletter.Record) string {
-	owned := func(k string) bool {
-		return k == "x-death" || strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-")
-	}
+	owned := func(k string) bool { return amqp.BrokerOwned(k) && k != "x-delivery-count" }
 	for k := range rec.Metadata {
 		if owned(k) {
 			return k

@@ -8,6 +8,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/millrace/millrace/adapters/amqp"
 	"github.com/millrace/millrace/deadletter"
 )
 
@@ -116,7 +117,7 @@ func FuzzDecode(f *testing.F) {
 			if i > 0 && e.Record.Native[i-1].Name >= fd.Name {
 				t.Fatalf("Native not in name order: %q then %q", e.Record.Native[i-1].Name, fd.Name)
 			}
-			if brokerOwned(fd.Name) || strings.HasPrefix(fd.Name, deadletter.KeyPrefix) && !strings.HasPrefix(fd.Name, deadletter.EscapePrefix) {
+			if amqp.BrokerOwned(fd.Name) || strings.HasPrefix(fd.Name, deadletter.KeyPrefix) && !strings.HasPrefix(fd.Name, deadletter.EscapePrefix) {
 				t.Fatalf("Native holds %q", fd.Name)
 			}
 			if len(fd.Type) != 1 || !strings.Contains("VtbBsuIilfdDSxTAF", fd.Type) {

@@ -30,7 +30,7 @@ func nativeHeaders(h amqp091.Table) []deadletter.Field {
 			continue
 		}
 		name, ok := deadletter.OriginalKey(k)
-		if !ok || brokerOwned(name) || strings.HasPrefix(name, amqp.HeaderHistoryPrefix) {
+		if !ok || amqp.BrokerOwned(name) || strings.HasPrefix(name, amqp.HeaderHistoryPrefix) {
 			continue
 		}
 		tag, val, ok := encodeValue(nil, v)
@@ -133,10 +133,4 @@ func encodeValue(buf []byte, v any) (tag byte, out []byte, ok bool) {
 		return 'F', buf, true
 	}
 	return 0, nil, false
-}
-
-// brokerOwned reports whether name is a header RabbitMQ writes when it dead-letters a message.
-func brokerOwned(name string) bool {
-	return name == "x-death" || name == "x-delivery-count" ||
-		strings.HasPrefix(name, "x-first-death-") || strings.HasPrefix(name, "x-last-death-")
 }
