@@ -3,6 +3,7 @@ package killbattery
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -177,12 +178,18 @@ func (b *battery) start(i int) *child {
 	return c
 }
 
-// killAtRandom kills c after its k-th handler call, k drawn from [1, 2n] for a batch of n, or
-// after a random part of Options.Lifetime if that comes first (early kills then hit a consumer
-// that is still starting), plus a random pause of up to HandlerSleep, so that kills land
-// during calls, between a call's end and its ack, and while idle.
+// killAtRandom kills c at a moment drawn from rng. Half the kills come after the child's k-th
+// handler call, k drawn from [1, 2n] for a batch of n (or after a random part of
+// Options.Lifetime if that comes first), so that they hit a busy consumer; the others at a
+// random moment of Options.Lifetime, so that some children live long enough to take over the
+// retries and the recovered messages of those killed before them, and some die while starting.
+// A random pause of up to HandlerSleep follows, so that kills land during calls and between a
+// call's end and its ack.
 func (b *battery) killAtRandom(c *child, calls *ledgerTail, n int) {
 	k := 1 + b.rng.IntN(2*max(n, 1))
+	if b.rng.IntN(2) == 0 {
+		k = math.MaxInt - 1 // kill by time only
+	}
 	deadline := time.Now().Add(time.Duration(b.rng.Int64N(int64(b.o.Lifetime) + 1)))
 	pause := time.Duration(b.rng.Int64N(int64(b.o.HandlerSleep) + 1))
 	base, err := calls.started()
