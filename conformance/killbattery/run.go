@@ -220,14 +220,24 @@ func (b *battery) killAtRandom(c *child, calls *ledgerTail, n int) {
 	}
 }
 
-// settle waits until every message has a successful call or a dead letter and the broker
-// holds nothing more of the topic, at most Options.SettleTimeout (then the checks report what
-// is missing).
+// settleQuiet is how long the ledger and the dead letters must stay unchanged before the last
+// child counts as done: Pending may not see what a consumer holds unacknowledged (a RabbitMQ
+// passive declare counts ready messages only), so a redelivery the child has prefetched but not
+// yet handled must show up as a call first.
+const settleQuiet = time.Second
+
+// settle waits until every message has a successful call or a dead letter, the broker holds
+// nothing more of the topic and nothing has happened for settleQuiet, at most
+// Options.SettleTimeout (then the checks report what is missing).
 func (b *battery) settle() {
 	deadline := time.Now().Add(b.o.SettleTimeout)
+	lastSeen, lastChange := -1, time.Now()
 	for {
-		unsettled, pending, err := b.progress()
-		if err == nil && unsettled == 0 && pending == 0 {
+		unsettled, pending, seen, err := b.progress()
+		if seen != lastSeen {
+			lastSeen, lastChange = seen, time.Now()
+		}
+		if err == nil && unsettled == 0 && pending == 0 && time.Since(lastChange) >= settleQuiet {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -242,16 +252,17 @@ func (b *battery) settle() {
 	}
 }
 
-// progress returns how many messages have neither a successful call nor a dead letter yet, and
-// what the broker still holds.
-func (b *battery) progress() (unsettled, pending int, err error) {
+// progress returns how many messages have neither a successful call nor a dead letter yet,
+// what the broker still holds, and how much the battery has seen (ledger bytes plus dead
+// letters), which grows with every event.
+func (b *battery) progress() (unsettled, pending, seen int, err error) {
 	data, err := os.ReadFile(b.ledger)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	calls, err := parseLedger(data)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	settled := map[string]bool{}
 	for _, c := range calls {
@@ -269,7 +280,7 @@ func (b *battery) progress() (unsettled, pending int, err error) {
 		}
 	}
 	pending, err = b.tg.Pending(b.ctx, b.a, b.topic)
-	return unsettled, pending, err
+	return unsettled, pending, len(data) + len(recs), err
 }
 
 // observe gathers what the checks need once the last child has stopped: the dead letters get
