@@ -32,7 +32,10 @@ type Target interface {
 
 	// Pending reports how many messages of topic the broker still holds outside the dead
 	// letters: not yet delivered, delivered and not acknowledged, or waiting for a retry. The
-	// battery waits for 0 while the last child runs, and requires 0 once it has stopped.
+	// battery waits for 0 while the last child runs, and requires 0 once it has stopped. Where
+	// the broker cannot count what a live consumer holds unacknowledged (a RabbitMQ passive
+	// declare counts ready messages only), counting the rest is enough: the battery also waits
+	// for a quiet second before it stops the last child, and asks again once it has.
 	Pending(ctx context.Context, a millrace.Adapter, topic string) (int, error)
 
 	// Cleanup deletes what the battery left on the broker for topic (work, retry and
