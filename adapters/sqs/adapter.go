@@ -124,8 +124,10 @@ func (a *Adapter) isDeadLetterQueue(name string) bool {
 // Client returns the SQS client the adapter uses, for inspection and tooling.
 func (a *Adapter) Client() *awssqs.Client { return a.client }
 
-// Close ends every subscription made through the adapter's subscribers. Messages in flight are
-// neither deleted nor changed: SQS makes them visible again after their visibility timeout.
+// Close ends every subscription made through the adapter's subscribers, all at once, as their
+// Close does: it waits for the receives in flight (at most Config.WaitTime, plus 10 s if the
+// endpoint does not answer), gives back the messages not yet handed to a consumer, and leaves
+// messages whose handler still runs to their visibility timeout.
 func (a *Adapter) Close() error {
 	a.mu.Lock()
 	if a.closed {
@@ -138,9 +140,11 @@ func (a *Adapter) Close() error {
 		subs = append(subs, s)
 	}
 	a.mu.Unlock()
+	var wg sync.WaitGroup
 	for _, s := range subs {
-		_ = s.Close()
+		wg.Go(func() { _ = s.Close() })
 	}
+	wg.Wait()
 	return a.pub.Close()
 }
 

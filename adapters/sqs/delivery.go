@@ -2,12 +2,8 @@ package sqs
 
 import (
 	"context"
-	"errors"
-	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/ThreeDotsLabs/watermill/message"
 )
 
 // delivery is the SQS state of one receive of a message, kept in the message context for
@@ -39,36 +35,4 @@ func withDelivery(ctx context.Context, d *delivery) context.Context {
 func deliveryFrom(ctx context.Context) (*delivery, bool) {
 	d, ok := ctx.Value(deliveryKey{}).(*delivery)
 	return d, ok && d != nil
-}
-
-// handoff carries each delivery's SQS state from a subscription's unmarshaler to its
-// subscriber, keyed by the message the unmarshaler returned (watermill-aws hands on that same
-// message), so the state never travels in metadata, where message content could forge or hide
-// it. An entry whose message watermill-aws drops (the subscription closing) stays until the
-// subscription is gone.
-type handoff struct {
-	mu sync.Mutex
-	m  map[*message.Message]*delivery
-}
-
-func newHandoff() *handoff { return &handoff{m: map[*message.Message]*delivery{}} }
-
-func (h *handoff) put(msg *message.Message, d *delivery) {
-	h.mu.Lock()
-	h.m[msg] = d
-	h.mu.Unlock()
-}
-
-// take returns and forgets msg's delivery; without one (never expected) the delivery is
-// marked undecodable, so the message is dead-lettered rather than counted from nothing.
-func (h *handoff) take(msg *message.Message, topic, queueURL string) *delivery {
-	h.mu.Lock()
-	d, ok := h.m[msg]
-	delete(h.m, msg)
-	h.mu.Unlock()
-	if !ok {
-		d = &delivery{receivedAt: time.Now(), decodeErr: errors.New("millrace sqs: no delivery state for the message")}
-	}
-	d.topic, d.queueURL = topic, queueURL
-	return d
 }

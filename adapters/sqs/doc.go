@@ -1,5 +1,6 @@
-// Package sqs is millrace's Amazon SQS adapter (standard queues), built on watermill-aws
-// v1.0.3 and aws-sdk-go-v2.
+// Package sqs is millrace's Amazon SQS adapter (standard queues), built on aws-sdk-go-v2: its
+// publisher is watermill-aws v1.0.3's, its subscriber runs its own receive loop so that Close
+// can give back what a receive got.
 //
 // # How millrace maps to SQS
 //
@@ -131,6 +132,16 @@
 //     idempotency package for side effects.
 //   - If the delete after a successful dead-letter send fails, the message is delivered again
 //     and dead-lettered a second time (at least once, never lost).
+//   - Closing a subscriber (or the adapter) never cancels a receive in flight: a long poll
+//     cancelled mid-request may still be handed a message by SQS, which then counts the receive
+//     and hides the message for the queue's visibility timeout. Close waits for the poll to end
+//     instead, so it takes up to Config.WaitTime (plus 10 s if the endpoint does not answer), and
+//     makes every message received but not yet handed to the consumer visible again at once
+//     (ChangeMessageVisibility 0). SQS still counts that receive, as no API takes one back: the
+//     message's next delivery is one attempt higher, as after a crash, and with MaxAttempts 1 it
+//     is dead-lettered as exhausted. A lower WaitTime makes this rarer and Close shorter, at the
+//     cost of more receive calls. A message whose handler still runs when Close comes keeps its
+//     visibility timeout, since the handler may still be working on it.
 //   - Receive counts are approximate in SQS; fauxqs, LocalStack and ElasticMQ count exactly.
 //
 // # Testing

@@ -58,7 +58,9 @@ func awsConfig() aws.Config {
 }
 
 // testConfig is the adapter configuration of the integration tests: short timeouts, so that a
-// nacked message returns within seconds, and queues created on demand (topics are unique).
+// nacked message returns within seconds, a 1 s long poll, so that closing a subscriber (which
+// waits for the poll in flight) takes at most a second, and queues created on demand (topics
+// are unique).
 func testConfig(t testing.TB) sqs.Config {
 	cfg := awsConfig()
 	return sqs.Config{
@@ -66,6 +68,7 @@ func testConfig(t testing.TB) sqs.Config {
 		AWSConfig:         &cfg,
 		VisibilityTimeout: 3 * time.Second,
 		ProcessingBudget:  2 * time.Second,
+		WaitTime:          time.Second,
 		CreateQueues:      true,
 		Logger:            slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}

@@ -44,18 +44,11 @@ const (
 // ...), as one JSON object of strings, so a dead letter keeps each attribute's type.
 const AttrMetadataTypes = "millrace-metadata-types"
 
-// marshaler turns Watermill messages into SQS messages without altering the payload, and back.
-// It implements watermill-aws's Marshaler and Unmarshaler. A subscription's unmarshaler hands
-// each delivery's SQS state to the subscriber through handoff, never through the message's
-// metadata, so no message content can forge or hide it.
-type marshaler struct {
-	handoff *handoff
-}
+// marshaler turns Watermill messages into SQS messages without altering the payload; it is
+// watermill-aws's publisher Marshaler. The subscriber reads messages back with decodeMessage.
+type marshaler struct{}
 
-var (
-	_ wmsqs.Marshaler   = marshaler{}
-	_ wmsqs.Unmarshaler = marshaler{}
-)
+var _ wmsqs.Marshaler = marshaler{}
 
 // Marshal refuses (ErrPayloadNotText) a payload that SQS cannot carry byte for byte, and
 // (ErrMetadataNotText) metadata values that are not valid UTF-8. Metadata travels as individual
@@ -219,23 +212,14 @@ func packJSON(m map[string]string) string {
 	return string(sqsSafeJSON(b))
 }
 
-// Unmarshal never fails, so that no delivery is dropped or requeued forever: see
-// decodeMessage. A subscription's unmarshaler hands the delivery to its subscriber.
-func (m marshaler) Unmarshal(sm *awstypes.Message) (*message.Message, error) {
-	msg, d := decodeMessage(sm)
-	if m.handoff != nil {
-		m.handoff.put(msg, d)
-	}
-	return msg, nil
-}
-
 // decodeMessage reads a received message: its body as payload; its attributes as metadata,
 // byte for byte, packed ones (AttrMetadata, AttrMetadataBinary, AttrMetadataTypes,
 // AttrDeadLetterRecord) unpacked; and the SQS delivery state (receipt handle, receive count,
 // first receive time, each attribute's type). A packed attribute that does not decode, or a
 // receive count that is missing or not a positive decimal, sets the delivery's decodeErr: the
 // subscriber marks the message with millrace.WithDecodeError, and it is dead-lettered as
-// malformed, unchanged. Allocation is proportional to the message's size.
+// malformed, unchanged. It never fails, so that no delivery is dropped or requeued forever.
+// Allocation is proportional to the message's size.
 func decodeMessage(m *awstypes.Message) (*message.Message, *delivery) {
 	d := &delivery{receivedAt: time.Now(), receipt: aws.ToString(m.ReceiptHandle), messageID: aws.ToString(m.MessageId)}
 	uuid := d.messageID

@@ -2,10 +2,10 @@ package sqs
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"sync"
+	"time"
 
-	wmsqs "github.com/ThreeDotsLabs/watermill-aws/sqs"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -14,10 +14,27 @@ import (
 	"github.com/millrace/millrace"
 )
 
+const (
+	// pollSlack is how long a receive may run past Config.WaitTime before it is given up: it
+	// bounds Close when the endpoint does not answer.
+	pollSlack = 10 * time.Second
+	// callTimeout bounds the delete after an ack and the give-back at Close, which Close does
+	// not cancel.
+	callTimeout = 10 * time.Second
+	// receiveRetrySleep is the pause after a failed receive.
+	receiveRetrySleep = time.Second
+)
+
 // Subscriber returns a new subscriber. Closing it (the Watermill router does on shutdown) ends
 // only its own subscriptions. Each subscription receives one message at a time with a long
 // poll of Config.WaitTime, asking SQS for ApproximateReceiveCount and
 // ApproximateFirstReceiveTimestamp, which DecodeAttempt reads.
+//
+// Close never cancels a receive in flight (SQS may already have handed out a message to a
+// cancelled request, counting the receive and hiding the message for the visibility timeout):
+// it waits for the poll to end, which takes at most Config.WaitTime (plus 10 s if the endpoint
+// does not answer), and gives back (ChangeMessageVisibility 0) every message received but not
+// yet handed to the consumer, so it is receivable again at once.
 func (a *Adapter) Subscriber() message.Subscriber {
 	s := &subscriber{a: a, closing: make(chan struct{})}
 	a.mu.Lock()
@@ -31,97 +48,106 @@ func (a *Adapter) Subscriber() message.Subscriber {
 	return s
 }
 
-// subscriber wraps one watermill-aws subscriber per Subscribe call, so that Close ends exactly
-// the subscriptions made through it, and bridges each delivery to the handler:
+// subscriber runs one receive loop per Subscribe call over the adapter's SQS client, so that
+// Close ends exactly the subscriptions made through it, and bridges each delivery to the
+// handler:
 //
-//   - it moves the SQS state the unmarshaler handed over (never through metadata) into the
-//     message context (DecodeAttempt, ScheduleRetry and DeadLetter read it there), and marks a
-//     delivery whose attributes or receive count did not decode with millrace.WithDecodeError;
-//   - it forwards the handler's ack or nack to watermill-aws, whose ack deletes the message and
-//     whose nack leaves it alone (SQS makes it visible again when its visibility timeout ends:
-//     the retry delay set by ScheduleRetry, or the queue's timeout after a failure). An ack of a
-//     message left to SQS's RedrivePolicy becomes a nack, so that SQS can move it.
+//   - it decodes the message and puts its SQS state (never read from metadata) into the message
+//     context (DecodeAttempt, ScheduleRetry and DeadLetter read it there), and marks a delivery
+//     whose attributes or receive count did not decode with millrace.WithDecodeError;
+//   - it relays the handler's verdict: an ack deletes the message, a nack leaves it alone (SQS
+//     makes it visible again when its visibility timeout ends: the retry delay set by
+//     ScheduleRetry, or the queue's timeout after a failure). An ack of a message left to SQS's
+//     RedrivePolicy leaves it alone too, so that SQS can move it.
 type subscriber struct {
 	a       *Adapter
 	mu      sync.Mutex
 	closed  bool
 	closing chan struct{}
-	inner   []*wmsqs.Subscriber
 	wg      sync.WaitGroup
 }
 
 // Subscribe starts a subscription on topic's queue. The queue must exist, unless
-// Config.CreateQueues is on (it is then created with the adapter's base attributes).
+// Config.CreateQueues is on (it is then created with the adapter's base attributes). The
+// subscription ends when ctx ends or the subscriber is closed, as Close describes.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	a := s.a
 	url, _, err := a.ensureQueue(ctx, a.QueueName(topic), a.baseAttributes(a.QueueName(topic)))
 	if err != nil {
 		return nil, err
 	}
-	waitSeconds := int32(a.cfg.WaitTime.Seconds())
-	states := newHandoff()
-	inner, err := wmsqs.NewSubscriber(wmsqs.SubscriberConfig{
-		AWSConfig:                   a.awsCfg,
-		OptFns:                      a.optFns,
-		DoNotCreateQueueIfNotExists: true, // ensureQueue above creates with the right attributes
-		QueueUrlResolver:            a.urls,
-		GenerateReceiveMessageInput: func(_ context.Context, queueURL wmsqs.QueueURL) (*awssqs.ReceiveMessageInput, error) {
-			return &awssqs.ReceiveMessageInput{
-				QueueUrl:              aws.String(string(queueURL)),
-				MessageAttributeNames: []string{"All"},
-				MessageSystemAttributeNames: []types.MessageSystemAttributeName{
-					types.MessageSystemAttributeNameApproximateReceiveCount,
-					types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp,
-				},
-				WaitTimeSeconds:     waitSeconds,
-				MaxNumberOfMessages: 1, // one in flight: the others stay receivable by other consumers
-			}, nil
-		},
-		Unmarshaler: marshaler{handoff: states},
-	}, a.wmLogger)
-	if err != nil {
-		return nil, fmt.Errorf("millrace sqs: subscriber: %w", err)
-	}
-
-	// Subscribe under s.mu: watermill-aws reads its closed flag without a lock, so its
-	// Subscribe must not run concurrently with Close.
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil, millrace.ErrClosed
 	}
-	in, err := inner.Subscribe(ctx, topic)
-	if err != nil {
-		s.mu.Unlock()
-		_ = inner.Close()
-		return nil, fmt.Errorf("millrace sqs: subscribe to %s: %w", topic, err)
-	}
-	s.inner = append(s.inner, inner)
 	s.wg.Add(1)
 	s.mu.Unlock()
+
+	// subCtx ends with ctx or at Close; handlers' message contexts derive from it.
+	subCtx, stop := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-s.closing:
+		case <-subCtx.Done():
+		}
+		stop()
+	}()
 	out := make(chan *message.Message)
 	go func() {
 		defer s.wg.Done()
 		defer close(out)
-		for msg := range in {
-			if !s.bridge(ctx, topic, url, states.take(msg, topic, url), msg, out) {
-				// Drain so watermill-aws can end; undelivered messages stay in SQS.
-				for m := range in {
-					m.Nack()
-				}
-				return
-			}
-		}
+		defer stop()
+		s.receive(subCtx, topic, url, out)
 	}()
 	return out, nil
 }
 
-// bridge hands one delivery to the handler and relays its verdict; it reports false when the
-// subscription ends first.
-func (s *subscriber) bridge(ctx context.Context, topic, url string, d *delivery, in *message.Message, out chan<- *message.Message) bool {
-	msg := message.NewMessage(in.UUID, in.Payload)
-	msg.Metadata = in.Metadata
-	msgCtx := withDelivery(in.Context(), d)
+// receive polls url until ctx ends. A poll is never cancelled: it runs to its end, and what it
+// received after ctx ended is given back.
+func (s *subscriber) receive(ctx context.Context, topic, url string, out chan<- *message.Message) {
+	a := s.a
+	input := &awssqs.ReceiveMessageInput{
+		QueueUrl:              aws.String(url),
+		MessageAttributeNames: []string{"All"},
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{
+			types.MessageSystemAttributeNameApproximateReceiveCount,
+			types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp,
+		},
+		WaitTimeSeconds:     int32(a.cfg.WaitTime / time.Second),
+		MaxNumberOfMessages: 1, // one in flight: the others stay receivable by other consumers
+	}
+	for ctx.Err() == nil {
+		pollCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.WaitTime+pollSlack)
+		res, err := a.client.ReceiveMessage(pollCtx, input)
+		cancel()
+		if err != nil {
+			a.cfg.Logger.ErrorContext(ctx, "millrace sqs: cannot receive messages", "queue", url, "error", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(receiveRetrySleep):
+			}
+			continue
+		}
+		for i := range res.Messages {
+			s.deliver(ctx, topic, url, &res.Messages[i], out)
+		}
+	}
+}
+
+// deliver hands one received message to the consumer and relays its verdict. If the
+// subscription ends before the consumer takes the message, the message is given back; if it
+// ends while the handler runs, the message is left to its visibility timeout (the handler may
+// still be working on it).
+func (s *subscriber) deliver(ctx context.Context, topic, url string, sm *types.Message, out chan<- *message.Message) {
+	msg, d := decodeMessage(sm)
+	d.topic, d.queueURL = topic, url
+	if ctx.Err() != nil {
+		s.giveBack(ctx, d)
+		return
+	}
+	msgCtx, cancel := context.WithCancel(withDelivery(ctx, d))
+	defer cancel()
 	if d.decodeErr != nil {
 		msgCtx = millrace.WithDecodeError(msgCtx, d.decodeErr)
 	}
@@ -130,46 +156,64 @@ func (s *subscriber) bridge(ctx context.Context, topic, url string, d *delivery,
 	select {
 	case out <- msg:
 	case <-ctx.Done():
-		in.Nack()
-		return false
-	case <-s.closing:
-		in.Nack()
-		return false
+		s.giveBack(ctx, d)
+		return
 	}
 	select {
 	case <-msg.Acked():
-		if d.leftToRedrive.Load() {
-			in.Nack()
-		} else {
-			in.Ack()
+		if !d.leftToRedrive.Load() {
+			s.remove(ctx, d)
 		}
 	case <-msg.Nacked():
-		in.Nack()
 	case <-ctx.Done():
-		in.Nack()
-		return false
-	case <-s.closing:
-		in.Nack()
-		return false
 	}
-	return true
 }
 
-// Close ends the subscriptions made through s; messages in flight are left to their visibility
-// timeout.
+// giveBack makes a message the consumer never got visible again at once. SQS has counted its
+// receive all the same.
+func (s *subscriber) giveBack(ctx context.Context, d *delivery) {
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+	defer cancel()
+	if _, err := s.a.client.ChangeMessageVisibility(callCtx, &awssqs.ChangeMessageVisibilityInput{
+		QueueUrl:          aws.String(d.queueURL),
+		ReceiptHandle:     aws.String(d.receipt),
+		VisibilityTimeout: 0,
+	}); err != nil {
+		s.a.cfg.Logger.WarnContext(ctx, "millrace sqs: cannot give back a message received at close; it returns after its visibility timeout",
+			"queue", d.queueURL, "message_id", d.messageID, "error", err)
+	}
+}
+
+// remove deletes an acked message. Close does not cancel the delete, so an ack given before
+// Close is not lost; a message already deleted counts as deleted.
+func (s *subscriber) remove(ctx context.Context, d *delivery) {
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+	defer cancel()
+	_, err := s.a.client.DeleteMessage(callCtx, &awssqs.DeleteMessageInput{
+		QueueUrl:      aws.String(d.queueURL),
+		ReceiptHandle: aws.String(d.receipt),
+	})
+	var apiErr interface{ ErrorMessage() string }
+	if errors.As(err, &apiErr) && apiErr.ErrorMessage() == "The specified queue does not contain the message specified." {
+		return // already deleted (watermill-aws's rule, kept)
+	}
+	if err != nil {
+		s.a.cfg.Logger.ErrorContext(ctx, "millrace sqs: cannot delete an acked message; it is delivered again after its visibility timeout",
+			"queue", d.queueURL, "message_id", d.messageID, "error", err)
+	}
+}
+
+// Close ends the subscriptions made through s, waiting for each one's receive in flight (at
+// most Config.WaitTime, plus 10 s if the endpoint does not answer); a second Close waits as
+// well. Messages received but not yet handed to the consumer are given back (visible again at
+// once); messages whose handler is still running are left to their visibility timeout.
 func (s *subscriber) Close() error {
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
+	if !s.closed {
+		s.closed = true
+		close(s.closing)
 	}
-	s.closed = true
-	close(s.closing)
-	inner := s.inner
 	s.mu.Unlock()
-	for _, in := range inner {
-		_ = in.Close()
-	}
 	s.wg.Wait()
 	s.a.mu.Lock()
 	delete(s.a.subscribers, s)
