@@ -144,6 +144,41 @@
 //     visibility timeout, since the handler may still be working on it.
 //   - Receive counts are approximate in SQS; fauxqs, LocalStack and ElasticMQ count exactly.
 //
+// # Crashes
+//
+// What holds when a consumer process dies without closing (SIGKILL, out of memory, a lost
+// machine) and another takes over, with GiveUpSend; the kill battery (conformance/killbattery,
+// TestKillBattery) checks it with 20 SIGKILLs on a mixed workload:
+//
+//   - Nothing is lost. A message is deleted only after its handler succeeded (or discarded it)
+//     or after SQS confirmed its dead-letter send; a dead consumer's message stays in the queue
+//     and is delivered again when its visibility timeout ends: VisibilityTimeout after the
+//     receive, or the retry delay if ScheduleRetry had already set it. A shorter
+//     VisibilityTimeout brings it back sooner.
+//   - A crash repeats at most one handler call per subscription the process ran: a subscription
+//     holds one message at a time (MaxNumberOfMessages 1, and it receives again only once the
+//     previous message is deleted or left to its timeout). The repeated call is the one the
+//     crash interrupted, or one that had returned but whose delete, after a success or a
+//     dead-letter send, had not reached SQS.
+//   - A crash causes at most one extra dead letter per subscription: the dead-letter send and
+//     the delete of the original are two calls on two queues, with no transaction between
+//     them, so a crash between them brings the original back and it is dead-lettered again (as
+//     exhausted, without calling the handler, once it is past MaxAttempts; a malformed message
+//     is handled again and dead-lettered again as malformed).
+//   - A crash costs an attempt. The attempt number is the receive count, and SQS counts every
+//     receive, whatever came of it: an interrupted call, a success whose delete was lost, or a
+//     receive in flight when the process died (SQS hid its message for the visibility timeout
+//     and no handler saw it). A message whose attempts crashes use up is dead-lettered as
+//     exhausted, even one whose handler had succeeded before its delete was lost.
+//   - Because every receive counts, a message's handler calls have strictly increasing attempt
+//     numbers and there are never more than MaxAttempts of them, crashes included: as exactly
+//     as the endpoint counts (fauxqs exactly; AWS calls ApproximateReceiveCount approximate, and
+//     a standard queue may deliver a message twice without any crash).
+//
+// With GiveUpRedrive SQS moves exhausted messages itself, so only the dead letters the adapter
+// sends (malformed and discarded messages) can be repeated by a crash; the battery runs
+// GiveUpSend.
+//
 // # Testing
 //
 // The integration tests read the endpoint from MILLRACE_SQS_ENDPOINT (unset or unreachable:
