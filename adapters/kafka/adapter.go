@@ -77,6 +77,7 @@ func New(cfg Config) (*Adapter, error) {
 		pub.close()
 		return nil, fmt.Errorf("kafka: connect retry producer to %v: %w", cfg.Brokers, err)
 	}
+	retries.limit = rc.Producer.MaxMessageBytes
 	return &Adapter{
 		cfg:       cfg,
 		sc:        sc,
@@ -133,6 +134,20 @@ func (a *Adapter) publishRetry(source, topic string, msg *message.Message) error
 		p = a.retries
 	}
 	return a.send(p, topic, []*message.Message{msg})
+}
+
+// txnConfigFor returns the configuration of the transactional producers of source's
+// partitions: the retry producer's, with the Producer.MaxMessageBytes Provision sized for
+// source's retries and dead letters (see size.go).
+func (a *Adapter) txnConfigFor(source string) *sarama.Config {
+	a.mu.Lock()
+	p := a.sized[source]
+	a.mu.Unlock()
+	c := *a.retryConf
+	if p != nil {
+		c.Producer.MaxMessageBytes = p.limit
+	}
+	return &c
 }
 
 func (a *Adapter) send(p *producer, topic string, msgs []*message.Message) error {

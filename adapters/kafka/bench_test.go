@@ -88,6 +88,62 @@ func BenchmarkRetryIsolation(b *testing.B) {
 	})
 }
 
+var benchRoundsTxn = flag.Int("kafka.roundsTxn", 9, "BenchmarkTransactionCost: rounds")
+
+// BenchmarkTransactionCost measures what the default transactional mode costs against
+// Config.AtLeastOnce, in one run, rounds interleaved (the order rotates every round): the
+// workload of BenchmarkRetryIsolation (3,000 records on 3 partitions), all healthy and with
+// 10 % failing once. It reports each variant's healthy records per second and this process's
+// CPU per record (median, min, max over the rounds), and the per-round ratios transactional /
+// at-least-once (median).
+//
+//	source .ci/services/kafka.sh
+//	go test ./adapters/kafka/ -run '^$' -bench BenchmarkTransactionCost -benchtime 1x
+func BenchmarkTransactionCost(b *testing.B) {
+	type variant struct {
+		name        string
+		mode        benchMode
+		atLeastOnce bool
+		runs        []benchRun
+	}
+	for range b.N {
+		vs := []*variant{
+			{name: "txn_all_healthy", mode: allHealthy},
+			{name: "alo_all_healthy", mode: allHealthy, atLeastOnce: true},
+			{name: "txn_10pct_failing", mode: failOnce},
+			{name: "alo_10pct_failing", mode: failOnce, atLeastOnce: true},
+		}
+		rounds := *benchRoundsTxn
+		for r := range rounds {
+			for i := range vs {
+				v := vs[(i+r)%len(vs)]
+				v.runs = append(v.runs, benchMillraceIn(b, benchRecords, v.mode, v.atLeastOnce))
+			}
+		}
+		for _, v := range vs {
+			hs := healthyRates(v.runs)
+			cpu := make([]float64, len(v.runs))
+			for i, r := range v.runs {
+				cpu[i] = float64(r.cpuPerRecord.Nanoseconds()) / 1000
+			}
+			b.Logf("%-18s healthy/s median %6.0f min %6.0f max %6.0f; CPU µs/record median %5.1f min %5.1f max %5.1f",
+				v.name, median(hs), slices.Min(hs), slices.Max(hs), median(cpu), slices.Min(cpu), slices.Max(cpu))
+			b.ReportMetric(median(hs), v.name+"/s")
+		}
+		for _, pair := range [][2]*variant{{vs[0], vs[1]}, {vs[2], vs[3]}} {
+			var rate, cpu []float64
+			for r := range rounds {
+				rate = append(rate, pair[0].runs[r].healthyPerSec/pair[1].runs[r].healthyPerSec)
+				cpu = append(cpu, float64(pair[0].runs[r].cpuPerRecord)/float64(pair[1].runs[r].cpuPerRecord))
+			}
+			b.Logf("%s / %s: throughput ratio median %.2f min %.2f max %.2f; CPU ratio median %.2f min %.2f max %.2f",
+				pair[0].name, pair[1].name, median(rate), slices.Min(rate), slices.Max(rate), median(cpu), slices.Min(cpu), slices.Max(cpu))
+			b.ReportMetric(median(rate), pair[0].name+"_throughput_ratio")
+			b.ReportMetric(median(cpu), pair[0].name+"_cpu_ratio")
+		}
+	}
+}
+
 // benchRun is the outcome of one variant's run.
 type benchRun struct {
 	healthyPerSec float64 // healthy records per second
@@ -289,7 +345,13 @@ func failsOnce(msg *message.Message) bool {
 
 // benchMillrace runs the workload through a millrace router.
 func benchMillrace(b *testing.B, records int, mode benchMode) benchRun {
+	return benchMillraceIn(b, records, mode, false)
+}
+
+// benchMillraceIn is benchMillrace in the given delivery mode (Config.AtLeastOnce).
+func benchMillraceIn(b *testing.B, records int, mode benchMode, atLeastOnce bool) benchRun {
 	a := newAdapter(b, "", func(c *kafka.Config) {
+		c.AtLeastOnce = atLeastOnce
 		c.Partitions = benchPartitions
 		c.PartitionKey = func(_ string, msg *message.Message) (string, error) { return msg.Metadata.Get("i"), nil }
 		c.Logger = slog.New(slog.DiscardHandler)

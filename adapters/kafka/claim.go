@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -26,11 +27,16 @@ func newGroupHandler(sub *subscription, tiers map[string]time.Duration) *groupHa
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 }
 
-// Setup starts the session's committer: it commits the marked offsets whenever a record was
-// acknowledged, one commit at a time and at most one per Config.CommitInterval, so
-// acknowledgements arriving during a commit or the interval after it share the next one.
+// Setup starts the session's committer in Config.AtLeastOnce mode: it commits the marked
+// offsets whenever a record was acknowledged, one commit at a time and at most one per
+// Config.CommitInterval, so acknowledgements arriving during a commit or the interval after it
+// share the next one. In transactional mode each claimed partition commits its own (txn.go).
 func (h *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
 	h.sub.a.sessions.Add(1)
+	if !h.sub.a.cfg.AtLeastOnce {
+		close(h.stopped)
+		return nil
+	}
 	interval := h.sub.a.cfg.CommitInterval
 	go func() {
 		defer close(h.stopped)
@@ -39,7 +45,7 @@ func (h *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
 		for {
 			select {
 			case <-h.commitNow:
-				sess.Commit()
+				h.commitMarks(sess)
 			case <-h.stop:
 				return
 			}
@@ -55,19 +61,32 @@ func (h *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
 }
 
 // Cleanup runs after every claim returned: it stops the committer and commits the last marks
-// before sarama releases the partitions (its own auto-commit, which would, is off).
+// before sarama releases the partitions (its own auto-commit is off). Marks whose commit
+// failed then are dropped: the partitions' next owners handle those records again.
 func (h *groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 	close(h.stop)
 	<-h.stopped
-	sess.Commit()
+	if h.sub.a.cfg.AtLeastOnce {
+		h.commitMarks(sess)
+		h.sub.offsets.forget()
+	}
 	return nil
 }
 
-// commit has the marks made so far committed: at once (SyncCommit; the caller's worker takes
-// its next record, of the same key, only after this returns), or by the committer.
+// commitMarks commits the marks made so far, logging a failure (the marks stay for the next
+// commit).
+func (h *groupHandler) commitMarks(sess sarama.ConsumerGroupSession) {
+	if err := h.sub.offsets.commit(sess); err != nil && h.sub.ctx.Err() == nil {
+		h.sub.logger.Warn("kafka: offset commit failed; the marks are committed with the next one", slog.String("error", err.Error()))
+	}
+}
+
+// commit has the marks made so far committed (Config.AtLeastOnce mode): at once (SyncCommit;
+// the caller's worker takes its next record, of the same key, only after this returns), or by
+// the committer.
 func (h *groupHandler) commit(sess sarama.ConsumerGroupSession) {
 	if h.sub.a.cfg.SyncCommit {
-		sess.Commit()
+		h.commitMarks(sess)
 		return
 	}
 	select {
@@ -83,6 +102,12 @@ func (h *groupHandler) commit(sess sarama.ConsumerGroupSession) {
 func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	tierDelay, fromRetryTopic := h.tiers[claim.Topic()]
 	p := newPipeline(h, sess, claim.Topic(), claim.Partition())
+	if !h.sub.a.cfg.AtLeastOnce {
+		if p.txn = h.startTxn(sess, p); p.txn == nil {
+			return nil
+		}
+		defer p.txn.close() // after the pipeline's records finished (defers run last first)
+	}
 	defer p.close()
 	for {
 		var rec *sarama.ConsumerMessage
@@ -104,6 +129,32 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 			return nil
 		}
 		if !p.admit(f) {
+			return nil
+		}
+	}
+}
+
+// startTxn connects the transactional producer of p's partition, trying again every
+// ReconnectDelay while the brokers refuse. It returns nil when the session or subscription
+// ended first.
+func (h *groupHandler) startTxn(sess sarama.ConsumerGroupSession, p *pipeline) *txnCommitter {
+	s := h.sub
+	for warned := false; ; {
+		t, err := newTxnCommitter(p, s.a.txnConfigFor(s.topic))
+		if err == nil {
+			return t
+		}
+		level := slog.LevelDebug
+		if !warned {
+			level, warned = slog.LevelWarn, true
+		}
+		s.logger.Log(s.ctx, level, "kafka: cannot start the partition's transactional producer; retrying (no record of it is handled meanwhile)",
+			slog.String("topic", p.topic), slog.Int("partition", int(p.partition)), slog.String("error", err.Error()))
+		select {
+		case <-time.After(s.a.cfg.ReconnectDelay):
+		case <-sess.Context().Done():
+			return nil
+		case <-s.ctx.Done():
 			return nil
 		}
 	}
@@ -149,7 +200,9 @@ func (h *groupHandler) deliver(p *pipeline, f *flight) bool {
 			msg = toMessage(f.rec)
 		}
 		dc := d // each delivery gets its own state: the previous one may still be referenced
-		ctx := withDelivery(s.ctx, &dc)
+		// The handler's context is not cancelled when the subscription closes: a handler
+		// running then finishes and its verdict counts, as on the other adapters.
+		ctx := withDelivery(context.WithoutCancel(s.ctx), &dc)
 		if f.decodeErr != nil {
 			ctx = millrace.WithDecodeError(ctx, f.decodeErr)
 		}
@@ -161,15 +214,18 @@ func (h *groupHandler) deliver(p *pipeline, f *flight) bool {
 		case <-s.ctx.Done():
 			return false
 		}
-		// The session may end (rebalance) while the handler runs: keep waiting for the verdict,
-		// since sarama releases the partition only after the claim returns, and a mark made
-		// before that is still committed.
+		// The session may end (rebalance) or the subscription close while the handler runs:
+		// keep waiting for the verdict, since sarama releases the partition only after the
+		// claim returns, and a mark made before that is still committed.
 		select {
 		case <-msg.Acked():
 			return true
 		case <-msg.Nacked():
-		case <-s.ctx.Done():
-			return false
+			if p.isStaged(f) {
+				// Its retry or dead letter is in the partition's transaction: delivering it
+				// again would start a second chain.
+				return true
+			}
 		}
 		// Nacked: the retry or dead letter could not be written. Deliver the same record again
 		// after NackDelay, without marking it; a rebalance meanwhile hands it to the next owner.

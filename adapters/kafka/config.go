@@ -45,24 +45,22 @@ type Config struct {
 	// MaxTiers bounds the distinct delays of a policy, each one retry topic. Default 8, enough
 	// for an exponential backoff over 9 attempts.
 	MaxTiers int
-	// SyncCommit commits synchronously on each acknowledgement that advances the partition's
-	// mark: the commit completes before the next record of the same key is delivered. Records
-	// of other keys are still in flight meanwhile (up to MaxInFlight); set MaxInFlight to 1 too
-	// for each commit to complete before the next record of the partition is delivered. Default false: each acknowledgement marks the offset and
-	// wakes a background committer that commits at once (coalescing acknowledgements that arrive
-	// while a commit is in flight), so a crash redelivers at most the records acknowledged during
-	// one commit round trip. Either way only acknowledged records are ever committed, and
-	// Sarama's periodic auto-commit stays off. Sync commits are slow with Sarama: a commit waits
-	// behind the fetch long-poll on the same broker connection (up to Consumer.MaxWaitTime,
-	// 500 ms by default) for every record.
+	// SyncCommit, in AtLeastOnce mode, commits synchronously on each acknowledgement that
+	// advances the partition's mark: the commit completes before the next record of the same
+	// key is delivered. Records of other keys are still in flight meanwhile (up to
+	// MaxInFlight); set MaxInFlight to 1 too for each commit to complete before the next
+	// record of the partition is delivered. Default false: each acknowledgement wakes a
+	// background committer (see CommitInterval). Only acknowledged records are ever committed,
+	// and Sarama's periodic auto-commit stays off. Ignored in transactional mode, where each
+	// partition's transactions carry its offsets.
 	SyncCommit bool
-	// CommitInterval is the least time between two commits of a session when SyncCommit is
-	// off: the first acknowledgement after a quiet spell is committed at once, and those that
-	// follow within the interval share the next commit. Default 10 ms: a busy consumer then
-	// sends at most 100 commits a second instead of one per broker round trip, which costs the
-	// brokers (and the client) more than the records themselves; a crash redelivers at most
-	// the records acknowledged in the last interval. Only acknowledged records are committed
-	// either way.
+	// CommitInterval is the least time between two commits: of a partition's transactions (by
+	// default), or of a session's offset commits (AtLeastOnce). The first acknowledgement
+	// after a quiet spell is committed at once, and those that follow within the interval
+	// share the next commit. Default 10 ms: a busy consumer then sends at most 100 commits a
+	// second each instead of one per broker round trip, which costs the brokers (and the client) more than the records themselves; a crash
+	// repeats at most the records acknowledged in the last interval and the commit in flight.
+	// Commits go over connections of their own, never behind a fetch long-poll.
 	CommitInterval time.Duration
 	// MaxInFlight is how many records of one partition may be handled at once. Records with
 	// the same key (and records without a key, among themselves) are never in flight together,
@@ -92,6 +90,29 @@ type Config struct {
 	// no key (records are spread over partitions). Retries and dead letters always keep the
 	// original record's key, whatever this returns.
 	PartitionKey func(topic string, msg *message.Message) (string, error)
+	// AtLeastOnce turns off transactions. By default (false) each claimed partition writes
+	// its retries and dead letters and commits its offsets in Kafka transactions, and every
+	// topic is read read_committed: a retry or dead letter and the offset past its source
+	// record become visible together or not at all, so a crash at any instant never yields a
+	// second retry chain or a second dead letter for a record; it costs at most a repeat of
+	// the attempts in flight. That needs brokers with transactions (Kafka 0.11+, a
+	// transaction coordinator; on secured clusters, Write and Describe on the transactional
+	// ids <TransactionalIDPrefix>.<ConsumerGroup>.*) and Sarama.Version at least 2.5.0.
+	// With AtLeastOnce the retry or dead letter is written first and the offset committed
+	// after it: a crash between the two hands the record to the next owner, which starts a
+	// second retry chain (or writes a second dead letter) for it.
+	AtLeastOnce bool
+	// TransactionalIDPrefix begins the transactional id of each claimed partition's producer:
+	// <prefix>.<ConsumerGroup>.<topic>.<partition>. The id is fixed per partition so that the
+	// partition's next owner fences the previous one (and aborts what a crashed one left
+	// open). Default "millrace".
+	TransactionalIDPrefix string
+	// TransactionTimeout is how long the brokers let a transaction stay open before they abort
+	// it (Kafka's transaction.timeout.ms). A transaction lasts a produce and a commit round
+	// trip; this bounds how long a transaction left open by a process that died in the middle
+	// of a commit holds back the read_committed readers of its partitions, when no new owner
+	// of its partition aborts it sooner. Default 10 s.
+	TransactionTimeout time.Duration
 	// Sarama is the base client configuration (version, TLS, SASL, timeouts). Default
 	// sarama.NewConfig(). The adapter overrides, on a copy, the settings its guarantees depend
 	// on: acks=all and synchronous producer results, no topic auto-creation from metadata
@@ -143,10 +164,20 @@ func (c Config) Validate() error {
 		{"CommitInterval", c.CommitInterval < 0, c.CommitInterval.String(), "must not be negative (0 means 10ms)"},
 		{"NackDelay", c.NackDelay < 0, c.NackDelay.String(), "must not be negative (0 means 500ms)"},
 		{"ReconnectDelay", c.ReconnectDelay < 0, c.ReconnectDelay.String(), "must not be negative (0 means 250ms)"},
+		{"TransactionTimeout", c.TransactionTimeout < 0, c.TransactionTimeout.String(), "must not be negative (0 means 10s)"},
+		{"TransactionalIDPrefix", strings.ContainsAny(c.TransactionalIDPrefix, " \t\n"), strconv.Quote(c.TransactionalIDPrefix), "must not contain white space"},
 	} {
 		if k.bad {
 			return &millrace.ConfigError{Field: "kafka.Config." + k.field, Value: k.value, Rule: k.rule}
 		}
+	}
+	if c.Sarama != nil && c.Sarama.Producer.Transaction.ID != "" {
+		return &millrace.ConfigError{Field: "kafka.Config.Sarama.Producer.Transaction.ID", Value: strconv.Quote(c.Sarama.Producer.Transaction.ID),
+			Rule: "must be empty: the adapter names one transactional producer per partition (set TransactionalIDPrefix)"}
+	}
+	if !c.AtLeastOnce && c.Sarama != nil && !c.Sarama.Version.IsAtLeast(sarama.V2_5_0_0) {
+		return &millrace.ConfigError{Field: "kafka.Config.Sarama.Version", Value: c.Sarama.Version.String(),
+			Rule: "must be at least 2.5.0 for transactions (generation-fenced offset commits, stable offset fetches); set AtLeastOnce for older brokers"}
 	}
 	d := c.withDefaults()
 	if d.RetryRetention <= d.MaxDelay {
@@ -190,6 +221,12 @@ func (c Config) withDefaults() Config {
 	if c.ReconnectDelay == 0 {
 		c.ReconnectDelay = 250 * time.Millisecond
 	}
+	if c.TransactionalIDPrefix == "" {
+		c.TransactionalIDPrefix = "millrace"
+	}
+	if c.TransactionTimeout == 0 {
+		c.TransactionTimeout = 10 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -218,6 +255,12 @@ func (c Config) saramaConfig() *sarama.Config {
 	sc.Producer.Return.Errors = true
 	sc.Consumer.Return.Errors = true
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	if !c.AtLeastOnce {
+		// A retry or dead letter of an aborted transaction is never read; and a member
+		// starting on a partition waits for a transaction committing its offset to finish
+		// (a stable offset fetch), so it never starts below an offset just committed.
+		sc.Consumer.IsolationLevel = sarama.ReadCommitted
+	}
 	// The subscription commits itself, right after each acknowledgement.
 	sc.Consumer.Offsets.AutoCommit.Enable = false
 	// A member learns of a rebalance at its next heartbeat: 1 s instead of 3 s lets a group

@@ -1,11 +1,13 @@
 package kafka_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
 
+	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/kafka"
 )
 
@@ -22,5 +24,41 @@ func TestRebalanceTimeoutOutlastsSlowHandlers(t *testing.T) {
 	cfg.Sarama = sc
 	if got := kafka.SaramaConfig(cfg).Consumer.Group.Rebalance.Timeout; got != 3*time.Minute {
 		t.Fatalf("rebalance timeout %s, want the configured 3m", got)
+	}
+}
+
+// Transactional mode (the default) refuses, at start-up and naming the field, what would
+// break it: a Sarama version without generation-fenced transactional commits and stable
+// offset fetches, a transactional id of the user's (the adapter names one per partition), a
+// negative transaction timeout, white space in the id prefix. AtLeastOnce takes old versions.
+// Every topic is read read_committed by default.
+func TestTransactionalConfigValidated(t *testing.T) {
+	old := sarama.NewConfig()
+	old.Version = sarama.V2_4_0_0
+	withID := sarama.NewConfig()
+	withID.Producer.Transaction.ID = "mine"
+	for _, c := range []struct {
+		cfg   kafka.Config
+		field string
+	}{
+		{kafka.Config{Sarama: old}, "kafka.Config.Sarama.Version"},
+		{kafka.Config{Sarama: withID}, "kafka.Config.Sarama.Producer.Transaction.ID"},
+		{kafka.Config{Sarama: withID, AtLeastOnce: true}, "kafka.Config.Sarama.Producer.Transaction.ID"},
+		{kafka.Config{TransactionTimeout: -time.Second}, "kafka.Config.TransactionTimeout"},
+		{kafka.Config{TransactionalIDPrefix: "my app"}, "kafka.Config.TransactionalIDPrefix"},
+	} {
+		c.cfg.Brokers, c.cfg.ConsumerGroup = []string{"127.0.0.1:1"}, "g"
+		err := c.cfg.Validate()
+		var ce *millrace.ConfigError
+		if !errors.As(err, &ce) || ce.Field != c.field {
+			t.Errorf("Validate(%+v) = %v, want a ConfigError naming %s", c.cfg, err, c.field)
+		}
+	}
+	ok := kafka.Config{Brokers: []string{"127.0.0.1:1"}, ConsumerGroup: "g", Sarama: old, AtLeastOnce: true}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("AtLeastOnce with Kafka 2.4: %v", err)
+	}
+	if got := kafka.SaramaConfig(kafka.Config{Brokers: []string{"127.0.0.1:1"}, ConsumerGroup: "g"}).Consumer.IsolationLevel; got != sarama.ReadCommitted {
+		t.Errorf("isolation level %v, want read_committed", got)
 	}
 }

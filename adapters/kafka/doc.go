@@ -35,10 +35,10 @@
 //
 // A Retry outcome republishes the record (key, payload and headers unchanged) to the retry topic
 // of the smallest delay tier that is at least the requested delay, with headers for the next attempt, the original topic, partition, offset and key, the
-// first-attempt time, the not-before time and the last error. The publish is synchronous and
-// acknowledged by the brokers (acks=all); only then is the original record acknowledged, marked
-// and committed. If the publish fails the record is nacked: its offset does not advance and the
-// same subscription delivers it again after Config.NackDelay, counting one more attempt.
+// first-attempt time, the not-before time and the last error. The retry record and the
+// original's offset commit in one transaction (see Offsets and transactions); with
+// Config.AtLeastOnce the publish is synchronous and acknowledged by the brokers (acks=all),
+// and only then is the original record acknowledged and committed.
 //
 // A delay is capped at the largest tier provisioned for T (the policy's longest backoff
 // delay). A millrace.RetryAfter asking for longer is retried after that tier's delay, earlier
@@ -55,35 +55,80 @@
 // never two of the same key (keyless records count as one key), so per-key order holds. A
 // failing record never delays the records behind it: it leaves its partition for a retry topic,
 // and while its retry is being published it gives up its place among the MaxInFlight to the
-// records behind it. Retries and dead letters go through a second producer that lingers up to
-// Config.RetryLinger (1 ms) so that those of many failing records share produce requests.
+// records behind it.
 // A record read from a retry topic
 // is delivered no earlier than its not-before header: its goroutine waits on a timer with that
 // partition paused (no fetches), while heartbeats go on in the background and other partitions
 // keep flowing; the wait ends at once when the group rebalances, leaving the record uncommitted
 // for the next owner, which waits for the same not-before time.
 //
-// # Offsets
+// # Offsets and transactions
 //
-// Sarama's periodic auto-commit is off. An offset is marked only when its record and every
-// earlier record of its partition were acknowledged (success, discard, retry published, dead
-// letter published), and each
-// acknowledgement wakes the session's committer, which commits the marks at once, then at most
-// once per Config.CommitInterval (10 ms by default): acknowledgements that arrive while a
-// commit is in flight or within the interval share the next one, so a busy consumer sends about
-// a hundred commits a second rather than one per broker round trip.
-// Config.SyncCommit instead commits synchronously on every acknowledgement that advances the
-// mark: the commit completes before that worker takes the next record of the same key. Other
-// keys' records of the partition are in flight meanwhile; only with Config.MaxInFlight = 1 does
-// each commit complete before the next record of the partition is delivered. A rebalance waits for a record in flight to be acknowledged and
-// commits it before the partition moves, for up to the group's rebalance timeout, raised from
-// Sarama's 60 s to DefaultRebalanceTimeout (5 min): a handler slower than that gets its member
-// evicted and its record handled again by the next owner.
+// Sarama's periodic auto-commit is off. An offset is committed only when its record and every
+// earlier record of its partition were acknowledged (success, discard, retry or dead letter
+// handed off). Each acknowledgement wakes the partition's committer, which commits at once,
+// then at most once per Config.CommitInterval (10 ms by default): acknowledgements that arrive
+// while a commit is in flight or within the interval share the next one. Commits never wait
+// behind a fetch: they go over connections of their own (a broker answers one connection's
+// requests in order, and a fetch long-poll waits up to Consumer.MaxWaitTime, 500 ms).
 //
-// A record whose retry or dead letter can never be written (topic deleted, ACL) is redelivered every Config.NackDelay and holds its partition's committed
-// offset back. Records of other keys go on only until 16*Config.MaxInFlight records wait
-// unmarked; then the partition stops taking records and logs a warning naming the stuck record
-// every 30 s, until it is acknowledged.
+// By default each claimed partition has a transactional producer (transactional id
+// <TransactionalIDPrefix>.<ConsumerGroup>.<topic>.<partition>), and a failing record's retry or
+// dead letter is not published on its own: it is staged, and the partition's next
+// transaction writes it together with the offset past its source record (and the offsets of
+// the records acknowledged meanwhile). Every topic is read read_committed. So a retry record
+// is visible exactly when its source record is committed: a crash at any instant leaves either
+// both or neither, and a record never gets a second retry chain or a second dead letter. A
+// transaction that fails is aborted (nothing of it is visible) and written again every
+// Config.NackDelay, logging a warning, until it commits or the partition moves. The next owner
+// of a partition (after a rebalance, or a restart after a crash) fences the previous owner's
+// producer when it starts its own, which aborts a transaction the previous owner left open.
+// The brokers need transactions (Kafka 0.11+; on secured clusters, Write and Describe on the
+// transactional ids) and Config.Sarama.Version at least 2.5.0; Config.TransactionTimeout
+// (10 s) bounds how long a transaction a process left open while it died in the middle of a
+// commit can hold up its partitions' readers when no new owner aborts it sooner.
+//
+// Config.AtLeastOnce turns transactions off: the retry or dead letter is published first
+// (synchronously, acknowledged by the brokers, through a producer that lingers up to
+// Config.RetryLinger so that many failing records share produce requests) and the offset
+// committed after; a publish that fails nacks the record, whose offset does not advance, and
+// the subscription delivers it again after Config.NackDelay, counting one more attempt.
+// Config.SyncCommit then commits synchronously on every acknowledgement that advances the mark
+// (the commit completes before that worker takes the next record of the same key).
+//
+// A rebalance waits for a record in flight to be acknowledged and commits it before the
+// partition moves, for up to the group's rebalance timeout, raised from Sarama's 60 s to
+// DefaultRebalanceTimeout (5 min): a handler slower than that gets its member evicted and its
+// record handled again by the next owner. Closing a subscription does not cancel the handlers
+// running: their context stays live, their verdict counts (a retry is written, the record
+// committed), and Close waits for them.
+//
+// A record whose retry or dead letter can never be written (topic deleted, ACL) holds its
+// partition's committed offset back: at-least-once, it is redelivered every Config.NackDelay;
+// transactional, its transaction is written again every NackDelay. Records of other keys go
+// on only until 16*Config.MaxInFlight records wait unmarked; then the partition stops taking
+// records and logs a warning naming the stuck record every 30 s, until it is acknowledged.
+//
+// Past the last record of a partition written in transactions (the retry and dead-letter
+// topics) lie commit markers that no consumer receives, so a group that consumed everything
+// there shows a lag of one per transaction after its last record until the next record
+// arrives, as with every Kafka consumer that commits the offset after its last record; count
+// what a read_committed reader gets past the committed offset to tell real lag.
+//
+// # Crashes
+//
+// What a SIGKILL of a consumer process costs (the kill battery, conformance/killbattery,
+// enforces it in kill_test.go): nothing is lost and nothing is left uncommitted once a
+// consumer runs again. A kill repeats the records its process had taken but not committed:
+// those in flight and those acknowledged within the last commit interval, at most
+// (16+1)*MaxInFlight per claimed partition; their handlers run again with the same attempt
+// number (the attempt lives in the record), so a kill costs no attempt and a record whose
+// handler succeeds is never dead-lettered. Transactional (the default), a kill never yields a
+// second retry chain or a second dead letter for a record; at-least-once, a kill between a
+// retry or dead letter and its source offset's commit hands the record to the next owner,
+// which writes a second retry or dead letter for it (one per claimed partition and kill).
+// Records a handler publishes itself (through Publisher or any producer) are not in the
+// transaction: a repeated handler call publishes them again.
 //
 // # Attempts
 //

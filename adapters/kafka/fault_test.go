@@ -15,10 +15,10 @@ import (
 	"github.com/millrace/millrace/adapters/kafka"
 )
 
-// When the retry topic is missing (deleted after provisioning; the adapter never lets a
-// metadata request create it), the retry publish fails, the record is nacked and its offset is
-// not committed: the same subscription delivers it again, and after a restart a new consumer in
-// the group processes it again from the broker.
+// At-least-once: when the retry topic is missing (deleted after provisioning; the adapter
+// never lets a metadata request create it), the retry publish fails, the record is nacked and
+// its offset is not committed: the same subscription delivers it again, and after a restart a
+// new consumer in the group processes it again from the broker.
 func TestRetryPublishFailureDoesNotCommit(t *testing.T) {
 	t.Parallel()
 	topic, group := uniqueName("fault"), uniqueName("fault-group")
@@ -30,6 +30,7 @@ func TestRetryPublishFailureDoesNotCommit(t *testing.T) {
 		sc.Producer.Retry.Backoff = 50 * time.Millisecond
 		c.Sarama = sc
 		c.NackDelay = 100 * time.Millisecond
+		c.AtLeastOnce = true
 	}
 	a := newAdapter(t, group, failFast)
 	// Many attempts, so the in-process redeliveries (each one counts) never exhaust the policy
@@ -88,6 +89,94 @@ func TestRetryPublishFailureDoesNotCommit(t *testing.T) {
 			again.uuid, again.record.Offset, again.attempt.Number, msg.UUID, calls[0].record.Offset)
 	}
 	waitNoLag(t, group, topic)
+}
+
+// Transactional: when the retry topic is missing, the transaction holding the retry record
+// and the source offset fails and is aborted, and is written again every NackDelay: the
+// handler is not called again (its verdict stands), no offset is committed past the record,
+// and once the topic is back the same transaction commits: the retry arrives as attempt 2 and
+// the source record is committed.
+func TestTransactionFailureCommitsNothing(t *testing.T) {
+	t.Parallel()
+	topic, group := uniqueName("txnfault"), uniqueName("txnfault-group")
+	a := newAdapter(t, group, func(c *kafka.Config) {
+		sc := sarama.NewConfig()
+		sc.Metadata.Retry.Max = 1
+		sc.Metadata.Retry.Backoff = 50 * time.Millisecond
+		sc.Producer.Retry.Max = 1
+		sc.Producer.Retry.Backoff = 50 * time.Millisecond
+		c.Sarama = sc
+		c.NackDelay = 100 * time.Millisecond
+	})
+	policy := millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(200 * time.Millisecond)}
+	rec := newRecorder()
+	handler := func(_ context.Context, _ *message.Message, at millrace.Attempt) error {
+		if at.Number == 1 {
+			return millrace.Retry(errors.New("dependency down"))
+		}
+		return nil
+	}
+	stop := startRouter(t, a, topic, policy, rec, handler) // provisions the topics
+	ca := admin(t)
+	retry := topic + kafka.RetrySuffix
+	if err := ca.DeleteTopic(retry); err != nil {
+		t.Fatalf("delete the retry topic: %v", err)
+	}
+	msg := newMessage(`{"messageId":"txnfault"}`)
+	if err := a.Publisher().Publish(topic, msg); err != nil {
+		t.Fatal(err)
+	}
+	rec.wait(t, "the first attempt", func(c []call) bool { return len(c) >= 1 })
+	time.Sleep(2 * time.Second) // about 20 failed transactions
+	if calls := rec.snapshot(); len(calls) != 1 {
+		t.Fatalf("%d handler calls while the retry could not be written, want 1: %v", len(calls), calls)
+	}
+	if committed, _ := lag(t, group, topic); committed[0] > 0 {
+		t.Fatalf("offset %d committed although the retry was never written", committed[0])
+	}
+	if err := ca.CreateTopic(retry, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: -1}, false); err != nil {
+		t.Fatalf("recreate the retry topic: %v", err)
+	}
+	// The transaction commits once the topic is back: the source record committed, its retry
+	// on the retry topic, exactly once.
+	waitNoLag(t, group, topic)
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		end, err := sarama.NewClient(brokers(t), sarama.NewConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, err := end.GetOffset(retry, 0, sarama.OffsetNewest)
+		_ = end.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := countRecords(brokers(t), retry, 0, 0, last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if n > 1 || time.Now().After(deadline) {
+			t.Fatalf("%d retry records on %s, want exactly 1", n, retry)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// A subscription reads the retry topics there were when its session began: a new one
+	// (as after a restart) reads the recreated topic, and the retry arrives as attempt 2.
+	stop()
+	b := newAdapter(t, group, nil)
+	startRouter(t, b, topic, policy, rec, handler)
+	calls := rec.wait(t, "the retry once its topic is back", func(c []call) bool { return len(c) >= 2 })
+	if got := calls[1]; got.uuid != msg.UUID || got.attempt.Number != 2 || got.record.Topic != retry {
+		t.Fatalf("second call: %s attempt %d from %s, want %s attempt 2 from %s", got.uuid, got.attempt.Number, got.record.Topic, msg.UUID, retry)
+	}
+	waitNoLag(t, group, retry)
+	time.Sleep(500 * time.Millisecond)
+	if n := len(rec.snapshot()); n != 2 {
+		t.Fatalf("%d handler calls, want 2 (one retry chain)", n)
+	}
 }
 
 // A closed adapter refuses to schedule a retry, and the error reaches the caller (the retry

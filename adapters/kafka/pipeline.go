@@ -22,7 +22,8 @@ import (
 // flight together, records of other keys go on meanwhile. A record waiting for that publish
 // gives its slot back (releaseSlot), so a run of failing records cannot fill the slots either.
 //
-// pending is bounded too, at pendingFactor*MaxInFlight records: a record that can never be
+// pending is bounded too, at pendingFactor*MaxInFlight records (in transactional mode, counting
+// the records acknowledged but not yet committed): a record that can never be
 // acknowledged (its retry or dead letter cannot be written: topic deleted, ACL, record too
 // large) holds the head of pending, and without the bound every record admitted after it would
 // stay there (handled, acknowledged, but never marked) for as long as it is stuck. With the
@@ -49,6 +50,10 @@ type pipeline struct {
 	lines   map[string][]*flight // key -> records waiting behind the one in flight; present while busy
 	pending []*flight            // admitted records not yet marked, by offset
 	warned  time.Time            // when the last stuck-head warning was logged
+
+	// txn writes the partition's retries, dead letters and offsets in transactions; nil in
+	// Config.AtLeastOnce mode, where offsets go to the session's offsetCommitter.
+	txn *txnCommitter
 }
 
 // pendingFactor times MaxInFlight is how many admitted records may wait unmarked at once. It
@@ -68,6 +73,11 @@ type flight struct {
 	key       string
 	acked     bool // acknowledged, waiting for an earlier offset to be acknowledged first
 	slotFree  bool // gave its slot back while its retry or dead letter is written
+	// staged is set once the record's retry or dead letter was handed to the partition's
+	// transaction (out, until its prefix is handed over): the record counts as acknowledged
+	// from then on, whatever the handler's verdict.
+	staged bool
+	out    []*sarama.ProducerMessage
 }
 
 func newPipeline(h *groupHandler, sess sarama.ConsumerGroupSession, topic string, partition int32) *pipeline {
@@ -127,6 +137,11 @@ func (p *pipeline) awaitRoom() bool {
 		if n > 0 {
 			head = p.pending[0]
 		}
+		if p.txn != nil {
+			// Records acknowledged but not yet committed count too: a transaction that cannot
+			// commit must stall the partition as an unacknowledged record does.
+			n += p.txn.backlog()
+		}
 		warn := n >= p.maxPend && time.Since(p.warned) >= stuckWarnEvery
 		if warn {
 			p.warned = time.Now()
@@ -135,10 +150,14 @@ func (p *pipeline) awaitRoom() bool {
 		if n < p.maxPend {
 			return true
 		}
-		if warn {
+		if warn && head != nil {
 			p.h.sub.logger.Warn("kafka: partition stalled: its oldest record in flight is not acknowledged "+
 				"(retry or dead letter cannot be written?); no offset is committed and no record admitted until it is",
 				slog.String("record", head.d.nativeID()), slog.Int("pending", n))
+		} else if warn {
+			p.h.sub.logger.Warn("kafka: partition stalled: its transaction does not commit "+
+				"(retry or dead letter cannot be written?); no offset is committed and no record admitted until it does",
+				slog.String("topic", p.topic), slog.Int("partition", int(p.partition)), slog.Int("pending", n))
 		}
 		if tick == nil {
 			t := time.NewTicker(stuckWarnEvery)
@@ -195,26 +214,10 @@ func (p *pipeline) finish(f *flight, acked bool) (next *flight) {
 		delete(p.lines, f.key)
 		p.idle++ // its worker goes back for work, so workers never outnumber the keys in flight
 	}
-	mark := int64(-1)
-	if acked {
+	advanced := false
+	if acked && !f.staged { // a staged record advanced the marks when it was staged
 		f.acked = true
-		n := 0
-		for n < len(p.pending) && p.pending[n].acked {
-			mark = p.pending[n].d.Offset
-			n++
-		}
-		if n > 0 {
-			clear(p.pending[:n]) // let the records go
-			p.pending = p.pending[n:]
-			select {
-			case p.room <- struct{}{}:
-			default: // admit has not looked since the last wake-up
-			}
-		}
-	}
-	if mark >= 0 {
-		// Marking under the lock keeps marks in offset order.
-		p.sess.MarkOffset(p.topic, p.partition, mark+1, "")
+		advanced = p.advanceLocked()
 	}
 	// Marked as given back: a handler still running after its delivery was abandoned (the
 	// subscription closing) may yet call releaseSlot, which must not give back a second slot.
@@ -224,10 +227,60 @@ func (p *pipeline) finish(f *flight, acked bool) (next *flight) {
 	if !freed {
 		<-p.slots
 	}
-	if mark >= 0 {
+	if advanced && p.txn == nil {
 		p.h.commit(p.sess)
 	}
 	return next
+}
+
+// advanceLocked moves every acknowledged record at the head of pending out of it and hands the
+// offset after them over to be committed, with the retries and dead letters they staged in
+// transactional mode. It reports whether the head moved. p.mu is held: prefixes are handed over
+// in offset order.
+func (p *pipeline) advanceLocked() bool {
+	n := 0
+	var records []*sarama.ProducerMessage
+	for n < len(p.pending) && p.pending[n].acked {
+		if out := p.pending[n].out; len(out) > 0 {
+			records = append(records, out...)
+			p.pending[n].out = nil
+		}
+		n++
+	}
+	if n == 0 {
+		return false
+	}
+	next := p.pending[n-1].d.Offset + 1
+	clear(p.pending[:n]) // let the records go
+	p.pending = p.pending[n:]
+	select {
+	case p.room <- struct{}{}:
+	default: // admit has not looked since the last wake-up
+	}
+	if p.txn != nil {
+		p.txn.add(records, n, next)
+	} else {
+		p.h.sub.offsets.mark(p.topic, p.partition, next)
+	}
+	return true
+}
+
+// stage hands f's retry or dead-letter record to the partition's transaction: f counts as
+// acknowledged from now on, and the record is committed with the offset past f, in the
+// transaction that commits the first offset at or after it.
+func (p *pipeline) stage(f *flight, record *sarama.ProducerMessage) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f.out = append(f.out, record)
+	f.acked, f.staged = true, true
+	p.advanceLocked()
+}
+
+// isStaged reports whether f's retry or dead letter was staged.
+func (p *pipeline) isStaged(f *flight) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return f.staged
 }
 
 // releaseSlot gives f's slot to the next record while f waits for its retry or dead letter to

@@ -209,59 +209,81 @@ func publishBehind(t *testing.T, a *kafka.Adapter, topic string, first *message.
 	}
 }
 
-// A handler that finishes after its subscription closed (its delivery abandoned, its slot given
-// back) and then fails still gets through the retry path: giving the slot back a second time
-// would block it for good.
-func TestRetryAfterAbandonedDeliveryReturns(t *testing.T) {
+// A handler running when its subscription closes is not cancelled (#13 finding 3): its
+// context stays live, its verdict counts (a failure writes its retry and the source record is
+// committed), and Close waits for it, as on the Redis and RabbitMQ adapters. Before, the
+// context was cancelled and the record left for redelivery.
+func TestHandlerRunningAtCloseFinishes(t *testing.T) {
 	t.Parallel()
-	topic, group := uniqueName("abandon"), uniqueName("abandon-group")
-	a := newAdapter(t, group, func(c *kafka.Config) { c.MaxInFlight = 1 })
-	policy := millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(time.Second)}
-	if err := a.Provision(ctxT(t, 30*time.Second), topic, policy); err != nil {
-		t.Fatal(err)
-	}
-	logger := testLogger(t)
-	stack, err := router.Stack(router.Config{Adapter: a, Policy: policy, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wr, err := message.NewRouter(message.RouterConfig{CloseTimeout: time.Second}, watermill.NewSlogLogger(logger))
-	if err != nil {
-		t.Fatal(err)
-	}
-	chainDone := make(chan error, 1)
-	wr.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
-		return func(msg *message.Message) ([]*message.Message, error) {
-			out, err := h(msg)
-			chainDone <- err
-			return out, err
-		}
-	})
-	wr.AddMiddleware(stack...)
-	started := make(chan struct{})
-	sub := a.Subscriber()
-	wr.AddConsumerHandler("abandon", topic, sub, func(msg *message.Message) error {
-		close(started)
-		<-msg.Context().Done()             // the subscription closed: the delivery is abandoned
-		time.Sleep(300 * time.Millisecond) // and its pipeline has finished with the record
-		return errors.New("failed after the subscription closed")
-	})
-	go func() { _ = wr.Run(context.Background()) }()
-	t.Cleanup(func() { _ = wr.Close() })
-	if err := a.Publisher().Publish(topic, newMessage("abandoned")); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-started:
-	case <-time.After(waitTimeout):
-		t.Fatal("the record was not delivered")
-	}
-	if err := sub.Close(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-chainDone:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the retry path of a handler that failed after its delivery was abandoned never returned")
+	for _, mode := range []struct {
+		name        string
+		atLeastOnce bool
+	}{{"transactional", false}, {"at-least-once", true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			topic, group := uniqueName("closing"), uniqueName("closing-group")
+			a := newAdapter(t, group, func(c *kafka.Config) { c.MaxInFlight = 1; c.AtLeastOnce = mode.atLeastOnce })
+			policy := millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(time.Second)}
+			if err := a.Provision(ctxT(t, 30*time.Second), topic, policy); err != nil {
+				t.Fatal(err)
+			}
+			logger := testLogger(t)
+			stack, err := router.Stack(router.Config{Adapter: a, Policy: policy, Logger: logger})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wr, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, watermill.NewSlogLogger(logger))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wr.AddMiddleware(stack...)
+			started, release := make(chan struct{}), make(chan struct{})
+			ctxErr := make(chan error, 1)
+			sub := a.Subscriber()
+			wr.AddConsumerHandler("closing", topic, sub, func(msg *message.Message) error {
+				close(started)
+				<-release // the subscription is closing meanwhile
+				ctxErr <- msg.Context().Err()
+				return errors.New("failed while the subscription closed")
+			})
+			go func() { _ = wr.Run(context.Background()) }()
+			t.Cleanup(func() { _ = wr.Close() })
+			if err := a.Publisher().Publish(topic, newMessage("closing")); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-started:
+			case <-time.After(waitTimeout):
+				t.Fatal("the record was not delivered")
+			}
+			closed := make(chan error, 1)
+			go func() { closed <- sub.Close() }()
+			select {
+			case err := <-closed:
+				t.Fatalf("Close returned (%v) while a handler was running", err)
+			case <-time.After(300 * time.Millisecond): // Close is under way
+			}
+			close(release)
+			if err := <-ctxErr; err != nil {
+				t.Fatalf("the handler's context was cancelled by Close: %v", err)
+			}
+			select {
+			case err := <-closed:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(waitTimeout):
+				t.Fatal("Close did not return after the handler finished")
+			}
+			// Its verdict counted: the retry is on the retry topic and the source committed.
+			committed, end := lag(t, group, topic)
+			if committed[0] != end[0] || end[0] != 1 {
+				t.Fatalf("source topic: committed %v, end %v; want the record committed", committed, end)
+			}
+			retry := kafka.RetryTopics(topic, []time.Duration{time.Second})[0]
+			if _, rend := lag(t, group, retry); rend[0] < 1 {
+				t.Fatalf("no retry record on %s (end offsets %v)", retry, rend)
+			}
+		})
 	}
 }

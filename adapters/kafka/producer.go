@@ -17,6 +17,7 @@ import (
 type producer struct {
 	ap         sarama.AsyncProducer
 	marsh      marshaler
+	limit      int            // its Producer.MaxMessageBytes
 	collecting sync.WaitGroup // ends with collectLoop
 }
 

@@ -32,12 +32,30 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 	}
 	cp := a.retryRecord(ctx, msg, d, fromSub, source, t, req)
 	if fromSub {
+		if d.pipe.txn != nil {
+			if err := a.stage(d, t.topic, cp); err != nil {
+				return 0, fmt.Errorf("kafka: retry to %q: %w", t.topic, err)
+			}
+			return millrace.AckOriginal, nil
+		}
 		d.handled()
 	}
 	if err := a.publishRetry(source, t.topic, cp); err != nil {
 		return 0, fmt.Errorf("kafka: publish retry to %q: %w", t.topic, err)
 	}
 	return millrace.AckOriginal, nil
+}
+
+// stage hands the retry or dead letter msg of the consumed record d to its partition's
+// transaction (see txnCommitter): it is written, and becomes visible, together with the
+// offset past d, so a crash can never leave both it and d to be handled again.
+func (a *Adapter) stage(d *delivery, topic string, msg *message.Message) error {
+	pm, err := a.retries.marsh.Marshal(topic, msg)
+	if err != nil {
+		return fmt.Errorf("marshal message %s: %w", msg.UUID, err)
+	}
+	d.pipe.stage(d.flight, pm)
+	return nil
 }
 
 // warnBeyondTiers logs a RetryAfter longer than every tier: the retry is due after the largest
@@ -121,6 +139,12 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 		dl = rec.Message()
 	}
 	dl.SetContext(context.WithValue(ctx, recordKey{}, key))
+	if fromSub && d.pipe.txn != nil {
+		if err := a.stage(d, topic, dl); err != nil {
+			return fmt.Errorf("kafka: dead letter to %q: %w", topic, err)
+		}
+		return nil
+	}
 	if err := a.publishRetry(source, topic, dl); err != nil {
 		return fmt.Errorf("kafka: publish dead letter to %q: %w", topic, err)
 	}

@@ -57,9 +57,22 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, fmt.Errorf("kafka: subscribe %q: join group %q: %w", topic, a.cfg.ConsumerGroup, err)
 	}
 
+	var offsets *offsetCommitter
+	if a.cfg.AtLeastOnce {
+		// Commits go over a connection of their own (see offsetCommitter).
+		commitClient, err := sarama.NewClient(a.cfg.Brokers, a.sc)
+		if err != nil {
+			_ = group.Close()
+			_ = client.Close()
+			a.subs.Done()
+			return nil, fmt.Errorf("kafka: subscribe %q: connect to %v: %w", topic, a.cfg.Brokers, err)
+		}
+		offsets = newOffsetCommitter(commitClient, a.cfg.ConsumerGroup, a.sc)
+	}
+
 	ctx, cancel := context.WithCancel(ctx)
 	out := make(chan *message.Message)
-	sub := &subscription{a: a, topic: topic, client: client, group: group, ctx: ctx, out: out,
+	sub := &subscription{a: a, topic: topic, client: client, group: group, offsets: offsets, ctx: ctx, out: out,
 		logger: a.logger.With(slog.String("topic", topic), slog.String("group", a.cfg.ConsumerGroup))}
 	s.wg.Add(1)
 	go func() {
@@ -79,6 +92,9 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			cancel()
 			_ = group.Close() // leaves the group, after the claims returned
 			_ = client.Close()
+			if offsets != nil {
+				_ = offsets.client.Close()
+			}
 		}()
 		sub.run()
 	}()
@@ -98,9 +114,11 @@ type subscription struct {
 	topic  string
 	client sarama.Client
 	group  sarama.ConsumerGroup
-	ctx    context.Context
-	out    chan<- *message.Message
-	logger *slog.Logger
+	// offsets commits the sessions' marks in Config.AtLeastOnce mode; nil otherwise.
+	offsets *offsetCommitter
+	ctx     context.Context
+	out     chan<- *message.Message
+	logger  *slog.Logger
 }
 
 // run joins the group again after every session (rebalance, error) until the context ends.

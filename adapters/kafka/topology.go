@@ -156,6 +156,7 @@ func (a *Adapter) sizedProducer(limit int) (*producer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: connect retry producer to %v: %w", a.cfg.Brokers, err)
 	}
+	np.limit = limit
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {

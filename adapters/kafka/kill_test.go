@@ -1,0 +1,228 @@
+package kafka_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/adapters/kafka"
+	"github.com/millrace/millrace/conformance/killbattery"
+	"github.com/millrace/millrace/internal/testenv"
+)
+
+// killTarget runs the kill battery on the test broker. Every process joins the group as the
+// same static member (Consumer.Group.InstanceId), so a restarted consumer takes the killed
+// one's place at once instead of waiting out its session timeout; the partition's new
+// transactional producer then fences the killed one's and aborts what it left open.
+type killTarget struct {
+	atLeastOnce bool
+	inFlight    int
+}
+
+// killGroupEnv carries the battery's consumer group from the test process to its children
+// (which inherit its environment): one group per run, so that two runs (two checkouts, -count)
+// never share a member id or fence each other's transactional producers.
+const killGroupEnv = "MILLRACE_KAFKA_KILLBATTERY_GROUP"
+
+func (k killTarget) config() kafka.Config {
+	sc := sarama.NewConfig()
+	group := os.Getenv(killGroupEnv)
+	if k.atLeastOnce {
+		group += "-at-least-once"
+	}
+	sc.Consumer.Group.InstanceId = group + "-member"
+	return kafka.Config{
+		Brokers: strings.Split(testenv.Getenv(brokersEnv, defaultBrokers), ","), ConsumerGroup: group,
+		MaxInFlight: k.inFlight, AtLeastOnce: k.atLeastOnce, Sarama: sc,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+}
+
+func (k killTarget) NewAdapter(context.Context) (millrace.Adapter, error) {
+	return kafka.New(k.config())
+}
+
+// DeadLetterSubscriber reads the dead letters in a group of its own, as an operator's tool would.
+func (k killTarget) DeadLetterSubscriber(context.Context, millrace.Adapter) (message.Subscriber, error) {
+	cfg := k.config()
+	cfg.ConsumerGroup = uniqueName("millrace-killbattery-dlq")
+	cfg.Sarama = nil
+	a, err := kafka.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return closingSubscriber{a.Subscriber(), a}, nil
+}
+
+// closingSubscriber closes its adapter with it.
+type closingSubscriber struct {
+	message.Subscriber
+	a *kafka.Adapter
+}
+
+func (s closingSubscriber) Close() error {
+	err := s.Subscriber.Close()
+	_ = s.a.Close()
+	return err
+}
+
+// Pending counts the records of the topic and its retry topics past the group's committed
+// offsets that a read_committed reader gets (commit markers are not records).
+func (k killTarget) Pending(_ context.Context, _ millrace.Adapter, topic string) (int, error) {
+	list := k.config().Brokers
+	client, err := sarama.NewClient(list, sarama.NewConfig())
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = client.Close() }()
+	ca, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		return 0, err
+	}
+	names, err := client.Topics()
+	if err != nil {
+		return 0, err
+	}
+	want := map[string][]int32{}
+	for _, name := range names {
+		if name == topic || strings.HasPrefix(name, topic+kafka.RetrySuffix) {
+			if want[name], err = client.Partitions(name); err != nil {
+				return 0, err
+			}
+		}
+	}
+	resp, err := ca.ListConsumerGroupOffsets(k.config().ConsumerGroup, want)
+	if err != nil {
+		return 0, err
+	}
+	pending := 0
+	for name, parts := range want {
+		for _, p := range parts {
+			end, err := client.GetOffset(name, p, sarama.OffsetNewest)
+			if err != nil {
+				return 0, err
+			}
+			from := int64(0)
+			if b := resp.GetBlock(name, p); b != nil && b.Offset >= 0 {
+				from = b.Offset
+			}
+			n, err := countRecords(list, name, p, from, end)
+			if err != nil {
+				return 0, err
+			}
+			pending += n
+		}
+	}
+	return pending, nil
+}
+
+// countRecords counts the records a read_committed reader gets in [from, end) of a partition.
+func countRecords(brokers []string, topic string, p int32, from, end int64) (int, error) {
+	if from >= end {
+		return 0, nil
+	}
+	sc := sarama.NewConfig()
+	sc.Consumer.IsolationLevel = sarama.ReadCommitted
+	c, err := sarama.NewConsumer(brokers, sc)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = c.Close() }()
+	pc, err := c.ConsumePartition(topic, p, from)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = pc.Close() }()
+	n := 0
+	for {
+		select {
+		case m := <-pc.Messages():
+			if m.Offset >= end {
+				return n, nil
+			}
+			n++
+			if m.Offset == end-1 {
+				return n, nil
+			}
+		case err := <-pc.Errors():
+			return n, err
+		case <-time.After(time.Second): // the rest are transaction markers
+			return n, nil
+		}
+	}
+}
+
+func (k killTarget) Cleanup(_ context.Context, _ millrace.Adapter, topic string) error {
+	ca, err := sarama.NewClusterAdmin(k.config().Brokers, sarama.NewConfig())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ca.Close() }()
+	names, err := ca.ListTopics()
+	if err != nil {
+		return err
+	}
+	var errs []string
+	for name := range names {
+		if name == topic || strings.HasPrefix(name, topic+".") {
+			if err := ca.DeleteTopic(name); err != nil {
+				errs = append(errs, fmt.Sprintf("%s: %v", name, err))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("delete topics: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Bound is the package documentation's "Crashes" section. A kill repeats the records its
+// process had taken but not committed: those in flight and those acknowledged but not yet
+// committed, at most (pendingFactor+1)*MaxInFlight per claimed partition (the battery's topic
+// and its retry topic have one partition each). The attempt lives in the record, so a repeat
+// has the same attempt number: a kill costs no attempt. In transactional mode a retry or dead
+// letter and the offset past its source record commit together, so a kill never adds a dead
+// letter; at-least-once, a kill between the two writes one more.
+func (k killTarget) Bound() killbattery.Bound {
+	extra := 0
+	if k.atLeastOnce {
+		extra = 2 // a dead letter written, its source offset not committed, on each claimed partition
+	}
+	return killbattery.Bound{
+		RepeatsPerKill:          2 * 17 * k.inFlight,
+		ExtraDeadLettersPerKill: extra,
+		CrashCostsAttempt:       false,
+		AttemptsIncrease:        false,
+	}
+}
+
+// TestKillBattery: consumers SIGKILLed 20 times on the mixed workload lose nothing, leave
+// nothing pending and stay within the documented bound: in transactional mode (the default)
+// never a second dead letter or a second retry chain for a record.
+func TestKillBattery(t *testing.T) {
+	t.Parallel()
+	brokers(t) // skip locally, fail in CI, when Kafka is unreachable
+	if os.Getenv(killGroupEnv) == "" { // the test process; its children inherit the group
+		_ = os.Setenv(killGroupEnv, uniqueName("millrace-killbattery"))
+	}
+	killbattery.Run(t, killTarget{inFlight: 4}, killbattery.Options{})
+}
+
+// TestKillBatteryAtLeastOnce: the same with Config.AtLeastOnce, at its looser documented bound
+// (a kill between a dead letter and its source offset's commit writes a second one).
+func TestKillBatteryAtLeastOnce(t *testing.T) {
+	t.Parallel()
+	brokers(t)
+	if os.Getenv(killGroupEnv) == "" {
+		_ = os.Setenv(killGroupEnv, uniqueName("millrace-killbattery"))
+	}
+	killbattery.Run(t, killTarget{inFlight: 4, atLeastOnce: true}, killbattery.Options{})
+}
