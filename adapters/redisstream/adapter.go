@@ -49,7 +49,9 @@ type Adapter struct {
 var _ millrace.Adapter = (*Adapter)(nil)
 
 // New validates cfg and returns an adapter. It performs no I/O: an unreachable Redis shows up
-// at the first Provision, Subscribe or Publish.
+// at the first Provision, Subscribe or Publish. It adds a dial hook to the client (its own, or
+// Config.Client) that drops dead pooled connections together after a silent connection loss;
+// see Connection loss in the package documentation.
 func New(cfg Config) (*Adapter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -79,6 +81,7 @@ func New(cfg Config) (*Adapter, error) {
 		a.client = redis.NewClient(opts)
 		a.ownClient = true
 	}
+	guardConnections(a.client)
 	a.maxBlock = maxBlockFor(a.client)
 	a.acks = newAcker(a.client, cfg.Logger)
 	a.acks.stats = &a.stats

@@ -47,7 +47,8 @@ const (
 // 3), router budget 104 s, ProcessingBudget 2 min, MinIdle 5 min.
 type Config struct {
 	// Client is the Redis connection. Optional: when nil the adapter connects to URL and closes
-	// that client on Close; a Client passed in is never closed by the adapter.
+	// that client on Close; a Client passed in is never closed by the adapter, but New adds a
+	// dial hook to it (see Connection loss in the package documentation).
 	Client redis.UniversalClient
 	// URL is the Redis URL used when Client is nil. Default DefaultURL.
 	URL string
