@@ -130,6 +130,22 @@
 // Records a handler publishes itself (through Publisher or any producer) are not in the
 // transaction: a repeated handler call publishes them again.
 //
+// # Connection loss
+//
+// Every connection (the group's fetches and heartbeats, the commits, the transactional and
+// retry producers) is sarama's, with its timeouts: a connection that dies is redialled at the
+// next request, and one that goes silent (a black hole: a dropped NAT entry, a partition)
+// fails its requests after Sarama.Net.ReadTimeout (30 s by default), then is redialled. While
+// the brokers are unreachable nothing is committed: a transaction (or a retry publish) that
+// fails is written again, nothing of it visible, and the records stay with the partition. So
+// a cut loses nothing and writes no retry or dead letter twice (transactional); a record
+// whose commit the cut swallowed is handled again, at most the records taken and not yet
+// committed (17·MaxInFlight per claimed partition), with the same attempt number. The
+// consumer resumes by itself within ReadTimeout plus a group rejoin: the cut battery
+// (conformance/cutbattery, cut_test.go: resets of 2 s and black holes of 4 s, six cuts, on
+// dead-letter and retry hand-offs and acknowledgements, with a 5 s ReadTimeout) measured at
+// most 5.1 s to resume, 0 lost, 0 and 1 duplicates.
+//
 // # Attempts
 //
 // Kafka keeps no delivery counter: the attempt lives in headers (see millrace.HeaderAttempt and

@@ -77,51 +77,8 @@ func (s closingSubscriber) Close() error {
 // Pending counts the records of the topic and its retry topics past the group's committed
 // offsets that a read_committed reader gets (commit markers are not records).
 func (k killTarget) Pending(_ context.Context, _ millrace.Adapter, topic string) (int, error) {
-	list := k.config().Brokers
-	client, err := sarama.NewClient(list, sarama.NewConfig())
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = client.Close() }()
-	ca, err := sarama.NewClusterAdminFromClient(client)
-	if err != nil {
-		return 0, err
-	}
-	names, err := client.Topics()
-	if err != nil {
-		return 0, err
-	}
-	want := map[string][]int32{}
-	for _, name := range names {
-		if name == topic || strings.HasPrefix(name, topic+kafka.RetrySuffix) {
-			if want[name], err = client.Partitions(name); err != nil {
-				return 0, err
-			}
-		}
-	}
-	resp, err := ca.ListConsumerGroupOffsets(k.config().ConsumerGroup, want)
-	if err != nil {
-		return 0, err
-	}
-	pending := 0
-	for name, parts := range want {
-		for _, p := range parts {
-			end, err := client.GetOffset(name, p, sarama.OffsetNewest)
-			if err != nil {
-				return 0, err
-			}
-			from := int64(0)
-			if b := resp.GetBlock(name, p); b != nil && b.Offset >= 0 {
-				from = b.Offset
-			}
-			n, err := countRecords(list, name, p, from, end)
-			if err != nil {
-				return 0, err
-			}
-			pending += n
-		}
-	}
-	return pending, nil
+	cfg := k.config()
+	return pendingRecords(cfg.Brokers, cfg.ConsumerGroup, topic)
 }
 
 // countRecords counts the records a read_committed reader gets in [from, end) of a partition.
@@ -209,7 +166,7 @@ func (k killTarget) Bound() killbattery.Bound {
 // never a second dead letter or a second retry chain for a record.
 func TestKillBattery(t *testing.T) {
 	t.Parallel()
-	brokers(t) // skip locally, fail in CI, when Kafka is unreachable
+	brokers(t)                         // skip locally, fail in CI, when Kafka is unreachable
 	if os.Getenv(killGroupEnv) == "" { // the test process; its children inherit the group
 		_ = os.Setenv(killGroupEnv, uniqueName("millrace-killbattery"))
 	}
