@@ -21,7 +21,9 @@ type RedisStore struct {
 }
 
 // NewRedisStore returns a store on client; it performs no I/O and fails only on invalid options.
-// The caller owns client and closes it.
+// The caller owns client and closes it. It adds a dial hook to client that drops dead pooled
+// connections after a silent connection loss (see Connection loss in the package
+// documentation); the hook serves the client's other users too.
 func NewRedisStore(client redis.UniversalClient, opts StoreOptions) (*RedisStore, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidArgument)
@@ -30,6 +32,7 @@ func NewRedisStore(client redis.UniversalClient, opts StoreOptions) (*RedisStore
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	guardConnections(client)
 	return &RedisStore{client: client, opts: opts, scripts: newRedisScripts(), sentMs: millis(opts.SentTTL)}, nil
 }
 

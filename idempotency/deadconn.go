@@ -1,0 +1,181 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// errSilentPath is returned, instead of writing, by a connection the guard condemned. It wraps
+// io.EOF, so go-redis treats it like a connection Redis closed: it discards the connection and
+// retries the command on another (nothing was sent, so a retry is safe).
+var errSilentPath = fmt.Errorf("idempotency: Redis connection dropped: another connection to the same Redis timed out waiting for a reply, and this one has not answered since: %w", io.EOF)
+
+// connGuard is a go-redis hook that gets a client past a silent connection loss quickly. It is
+// the guard of adapters/redisstream/deadconn.go (one copy belongs in a shared internal package).
+//
+// When the network drops a connection without a reset (a firewall or NAT forgets it, a
+// partition outlasts TCP's retransmissions), go-redis notices only by a read timeout, and only
+// on the connection it is using: every idle connection in its pool is just as dead and is found
+// out one at a time, each costing a ReadTimeout. A Claim, bounded by the middleware's
+// StoreTimeout, fails on the first: after a 1-second black hole a store whose client held 16
+// idle connections failed 16 claims in a row, one every 5 s (go-redis's default ReadTimeout),
+// 80 s before the first success, each failure a Retry that costs its message an attempt.
+//
+// The guard wraps every connection the client dials. A read that times out while a reply was
+// awaited marks the address silent as of that moment, and every connection to that address
+// that has received nothing since is condemned: an idle one is closed at once (go-redis's pool
+// check then discards it without using up a command's retries), and any one refuses its next
+// write with errSilentPath. Connections that answer after the timeout are kept, and so are read
+// timeouts with no request outstanding (a PubSub connection waiting for messages). A command
+// that is merely slow costs the idle connections a reconnect, nothing more.
+type connGuard struct {
+	mu    sync.Mutex
+	paths map[string]*path
+}
+
+// path is what the guard knows about one address: when a request to it last went unanswered,
+// in monotonic nanoseconds since guardEpoch (0: never), and its open connections.
+type path struct {
+	silentAt atomic.Int64
+	mu       sync.Mutex
+	conns    map[*guardedConn]struct{}
+}
+
+// guardEpoch makes guard times monotonic: time.Since reads the monotonic clock.
+var guardEpoch = time.Now()
+
+func sinceEpoch() int64 { return int64(time.Since(guardEpoch)) }
+
+// guardConnections adds a connGuard to client. Only connections dialled afterwards are guarded.
+func guardConnections(client redis.UniversalClient) {
+	client.AddHook(&connGuard{paths: map[string]*path{}})
+}
+
+func (g *connGuard) path(addr string) *path {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.paths[addr]
+	if p == nil {
+		p = &path{conns: map[*guardedConn]struct{}{}}
+		g.paths[addr] = p
+	}
+	return p
+}
+
+// DialHook wraps each new connection.
+func (g *connGuard) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		gc := &guardedConn{Conn: c, path: g.path(addr)}
+		gc.heard.Store(sinceEpoch())
+		gc.path.mu.Lock()
+		gc.path.conns[gc] = struct{}{}
+		gc.path.mu.Unlock()
+		if _, ok := c.(syscall.Conn); ok {
+			// go-redis checks pooled connections for a close through SyscallConn; keep that.
+			return &guardedSysConn{gc}, nil
+		}
+		return gc, nil
+	}
+}
+
+// ProcessHook leaves commands alone.
+func (g *connGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+// ProcessPipelineHook leaves pipelines alone.
+func (g *connGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// silent marks the path silent as of now and condemns every connection not heard from since;
+// idle ones are closed at once.
+func (p *path) silent(now int64) {
+	for {
+		old := p.silentAt.Load()
+		if now <= old || p.silentAt.CompareAndSwap(old, now) {
+			break
+		}
+	}
+	p.mu.Lock()
+	var idle []*guardedConn
+	for c := range p.conns {
+		if c.heard.Load() < now && !c.awaiting.Load() {
+			idle = append(idle, c)
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range idle {
+		c.condemn()
+	}
+}
+
+// guardedConn is one guarded connection.
+type guardedConn struct {
+	net.Conn
+	path *path
+	// heard is when the connection was dialled or last received bytes.
+	heard atomic.Int64
+	// awaiting: a request was written and no byte has come back since.
+	awaiting  atomic.Bool
+	condemned atomic.Bool
+}
+
+// Read records what it hears, and a timeout while a reply was awaited.
+func (c *guardedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.heard.Store(sinceEpoch())
+		c.awaiting.Store(false)
+	}
+	var ne net.Error
+	if err != nil && c.awaiting.Load() && errors.As(err, &ne) && ne.Timeout() {
+		c.path.silent(sinceEpoch())
+	}
+	return n, err
+}
+
+// Write refuses to send on a condemned connection, or on one not heard from since its address
+// went silent.
+func (c *guardedConn) Write(b []byte) (int, error) {
+	if c.condemned.Load() || c.heard.Load() < c.path.silentAt.Load() {
+		c.condemn()
+		return 0, errSilentPath
+	}
+	c.awaiting.Store(true)
+	return c.Conn.Write(b)
+}
+
+// Close closes the connection and forgets it.
+func (c *guardedConn) Close() error {
+	c.path.mu.Lock()
+	delete(c.path.conns, c)
+	c.path.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// condemn closes the underlying connection; go-redis discards it at its next use.
+func (c *guardedConn) condemn() {
+	if !c.condemned.Swap(true) {
+		_ = c.Close()
+	}
+}
+
+// guardedSysConn is a guardedConn whose connection offers SyscallConn (TCP, Unix sockets).
+type guardedSysConn struct{ *guardedConn }
+
+// SyscallConn gives go-redis's pool health check the underlying socket.
+func (c *guardedSysConn) SyscallConn() (syscall.RawConn, error) {
+	return c.Conn.(syscall.Conn).SyscallConn()
+}
