@@ -120,8 +120,10 @@
 // What a SIGKILL of a consumer process costs (the kill battery, conformance/killbattery,
 // enforces it in kill_test.go): nothing is lost and nothing is left uncommitted once a
 // consumer runs again. A kill repeats the records its process had taken but not committed:
-// those in flight and those acknowledged within the last commit interval, at most
-// (16+1)*MaxInFlight per claimed partition; their handlers run again with the same attempt
+// those in flight or waiting behind one (at most (16+1)*MaxInFlight per claimed partition)
+// and those acknowledged within the last CommitInterval and the commit in flight (while
+// commits fail, the partition stops admitting records once 16*MaxInFlight of them wait);
+// their handlers run again with the same attempt
 // number (the attempt lives in the record), so a kill costs no attempt and a record whose
 // handler succeeds is never dead-lettered. Transactional (the default), a kill never yields a
 // second retry chain or a second dead letter for a record; at-least-once, a kill between a
@@ -139,8 +141,8 @@
 // the brokers are unreachable nothing is committed: a transaction (or a retry publish) that
 // fails is written again, nothing of it visible, and the records stay with the partition. So
 // a cut loses nothing and writes no retry or dead letter twice (transactional); a record
-// whose commit the cut swallowed is handled again, at most the records taken and not yet
-// committed (17·MaxInFlight per claimed partition), with the same attempt number. The
+// whose commit the cut swallowed is handled again (the records taken and not yet committed,
+// as for a crash below), with the same attempt number. The
 // consumer resumes by itself within ReadTimeout plus a group rejoin: the cut battery
 // (conformance/cutbattery, cut_test.go: resets of 2 s and black holes of 4 s, six cuts, on
 // dead-letter and retry hand-offs and acknowledgements, with a 5 s ReadTimeout) measured at

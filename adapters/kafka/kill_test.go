@@ -142,9 +142,10 @@ func (k killTarget) Cleanup(_ context.Context, _ millrace.Adapter, topic string)
 }
 
 // Bound is the package documentation's "Crashes" section. A kill repeats the records its
-// process had taken but not committed: those in flight and those acknowledged but not yet
-// committed, at most (pendingFactor+1)*MaxInFlight per claimed partition (the battery's topic
-// and its retry topic have one partition each). The attempt lives in the record, so a repeat
+// process had taken but not committed: those in flight or waiting behind one, at most
+// (pendingFactor+1)*MaxInFlight per claimed partition (the battery's topic and its retry topic
+// have one partition each), and those acknowledged within the last commit interval, which at
+// the battery's rate stay far below that. The attempt lives in the record, so a repeat
 // has the same attempt number: a kill costs no attempt. In transactional mode a retry or dead
 // letter and the offset past its source record commit together, so a kill never adds a dead
 // letter; at-least-once, a kill between the two writes one more.

@@ -90,6 +90,11 @@ func (s *syncBuffer) String() string {
 // committed.
 func TestStuckRecordBoundsPending(t *testing.T) {
 	t.Parallel()
+	t.Run("at-least-once", func(t *testing.T) { t.Parallel(); testStuckRecordBoundsPending(t, true) })
+	t.Run("transactional", func(t *testing.T) { t.Parallel(); testStuckRecordBoundsPending(t, false) })
+}
+
+func testStuckRecordBoundsPending(t *testing.T, atLeastOnce bool) {
 	topic, group := uniqueName("stuck"), uniqueName("stuck-group")
 	logs := &syncBuffer{}
 	const inFlight = 2
@@ -101,6 +106,7 @@ func TestStuckRecordBoundsPending(t *testing.T) {
 		sc.Producer.Retry.Backoff = 50 * time.Millisecond
 		c.Sarama = sc
 		c.NackDelay = 100 * time.Millisecond
+		c.AtLeastOnce = atLeastOnce
 		c.MaxInFlight = inFlight
 		c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))
 		c.PartitionKey = func(_ string, msg *message.Message) (string, error) { return msg.Metadata.Get("key"), nil }
@@ -133,8 +139,33 @@ func TestStuckRecordBoundsPending(t *testing.T) {
 	const bound = kafka.PendingFactor*inFlight - 1
 	rec.wait(t, "the records admitted behind the stuck one", func(c []call) bool { return others(c) >= bound })
 	time.Sleep(time.Second) // room for more to be (wrongly) admitted
-	if got := others(rec.snapshot()); got != bound {
-		t.Fatalf("%d records handled behind the stuck one, want exactly %d (PendingFactor*MaxInFlight pending)", got, bound)
+	if atLeastOnce {
+		if got := others(rec.snapshot()); got != bound {
+			t.Fatalf("%d records handled behind the stuck one, want exactly %d (PendingFactor*MaxInFlight pending)", got, bound)
+		}
+	} else {
+		// Transactional: the poison record's dead letter is staged and the partition goes on
+		// until its transaction has failed; from then on the records acknowledged and not
+		// committed count against the bound, and the partition stalls.
+		deadline := time.Now().Add(waitTimeout)
+		for !strings.Contains(logs.String(), "partition stalled") {
+			if time.Now().After(deadline) {
+				t.Fatalf("no warning about the stalled partition; logs:\n%s", logs.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		got := others(rec.snapshot())
+		for i := range n {
+			m := newMessage("more" + strconv.Itoa(i))
+			m.Metadata.Set("key", "more"+strconv.Itoa(i))
+			if err := a.Publisher().Publish(topic, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(time.Second)
+		if again := others(rec.snapshot()); again != got {
+			t.Fatalf("records handled behind the failing transaction: %d when it stalled, %d after %d more arrived: the partition did not stall", got, again, n)
+		}
 	}
 	if committed, _ := lag(t, group, topic); committed[0] > 0 {
 		t.Fatalf("committed offset %d passed the stuck record", committed[0])
@@ -146,7 +177,11 @@ func TestStuckRecordBoundsPending(t *testing.T) {
 	if err := ca.CreateTopic(topic+kafka.DeadLetterSuffix, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: -1}, false); err != nil {
 		t.Fatalf("recreate the dead-letter topic: %v", err)
 	}
-	rec.wait(t, "every record handled once the dead letter is written", func(c []call) bool { return others(c) >= n })
+	total := n
+	if !atLeastOnce {
+		total = 2 * n
+	}
+	rec.wait(t, "every record handled once the dead letter is written", func(c []call) bool { return others(c) >= total })
 	waitNoLag(t, group, topic)
 }
 
