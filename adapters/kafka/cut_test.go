@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -49,7 +50,7 @@ func (c cutTarget) Connect(_ context.Context, t testing.TB, topic string, proxie
 	sc.Net.Proxy.Dialer = routeDialer{route: route, d: &net.Dialer{Timeout: cutReadTimeout}}
 	group := uniqueName("millrace-cutbattery")
 	a, err := kafka.New(kafka.Config{Brokers: upstream, ConsumerGroup: group, Sarama: sc, AtLeastOnce: c.atLeastOnce,
-		MaxInFlight: 4, Logger: testLogger(t)})
+		MaxInFlight: 4, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return cutbattery.System{}, err
 	}

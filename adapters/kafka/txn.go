@@ -48,11 +48,11 @@ type txnCommitter struct {
 	// failing is set while transactions fail: the acknowledged records then count against the
 	// partition's pending bound, so a partition whose transactions cannot commit stalls.
 	failing bool
-	next   int64                     // offset to commit: after the acknowledged prefix
-	done   int64                     // offset last committed (-1: none yet)
-	wake   chan struct{}             // holds a token while there is something to commit
-	stop   chan struct{}
-	ended  chan struct{}
+	next    int64         // offset to commit: after the acknowledged prefix
+	done    int64         // offset last committed (-1: none yet)
+	wake    chan struct{} // holds a token while there is something to commit
+	stop    chan struct{}
+	ended   chan struct{}
 }
 
 // transactionalID names the producer of a claimed partition's transactions.
