@@ -57,15 +57,17 @@ type Config struct {
 	// MarkerSuffix is appended to the dead-letter topic to name the marker topic. Default
 	// DefaultMarkerSuffix.
 	MarkerSuffix string
-	// ReadTimeout bounds the wait for the next record while a partition is read up to its end
-	// (the end can be a transaction marker that is never delivered). Default 10 s.
+	// ReadTimeout bounds the wait for the next record while a partition is read up to its end.
+	// The adapter writes dead letters in transactions, so a partition ends with commit markers
+	// that are never delivered: each read of a partition ends with this wait once its last
+	// record was read. A record below the end offset comes in one fetch round trip. Default 2 s.
 	ReadTimeout time.Duration
 }
 
 // Validate checks the configuration; errors are *millrace.ConfigError.
 func (c Config) Validate() error {
 	if c.ReadTimeout < 0 {
-		return &millrace.ConfigError{Field: "kafkastore.Config.ReadTimeout", Value: c.ReadTimeout.String(), Rule: "must not be negative (0 means 10s)"}
+		return &millrace.ConfigError{Field: "kafkastore.Config.ReadTimeout", Value: c.ReadTimeout.String(), Rule: "must not be negative (0 means 2s)"}
 	}
 	if strings.ContainsAny(c.MarkerSuffix, " /\\") {
 		return &millrace.ConfigError{Field: "kafkastore.Config.MarkerSuffix", Value: c.MarkerSuffix, Rule: "must hold only topic name characters"}
@@ -78,12 +80,14 @@ func (c *Config) setDefaults() {
 		c.MarkerSuffix = DefaultMarkerSuffix
 	}
 	if c.ReadTimeout == 0 {
-		c.ReadTimeout = 10 * time.Second
+		c.ReadTimeout = 2 * time.Second
 	}
 }
 
 // SaramaConfig returns the client configuration the store needs: acks=all with synchronous
-// results for Put and the marks, no topic auto-creation.
+// results for Put and the marks, no topic auto-creation, and read_committed reads (a dead
+// letter of a transaction the adapter aborted is no dead letter: its source record is still
+// to be handled).
 func SaramaConfig(base *sarama.Config) *sarama.Config {
 	sc := sarama.NewConfig()
 	if base != nil {
@@ -98,6 +102,7 @@ func SaramaConfig(base *sarama.Config) *sarama.Config {
 	sc.Producer.Return.Successes = true
 	sc.Producer.Return.Errors = true
 	sc.Consumer.Return.Errors = true
+	sc.Consumer.IsolationLevel = sarama.ReadCommitted
 	// The store reads partitions up to a known end and then stops: a short broker-side fetch
 	// wait keeps closing a partition consumer (which waits for its fetch) quick.
 	sc.Consumer.MaxWaitTime = 50 * time.Millisecond

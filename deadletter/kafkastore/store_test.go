@@ -173,3 +173,65 @@ func TestMissingTopicAndBadIDs(t *testing.T) {
 		t.Error("negative ReadTimeout accepted")
 	}
 }
+
+// TestAbortedDeadLetterIsNoDeadLetter: the Kafka adapter writes dead letters in transactions;
+// one whose transaction aborted (its source record's offset was not committed either, so the
+// record is handled again) must not be listed, or replaying it would duplicate the message.
+// A committed one is, and reading to the end of a partition that ends with commit markers
+// finishes.
+func TestAbortedDeadLetterIsNoDeadLetter(t *testing.T) {
+	c := client(t)
+	topic := createTopic(t, c, 1)
+	ctx := context.Background()
+	pc := kafkastore.SaramaConfig(nil)
+	pc.Producer.Idempotent = true
+	pc.Net.MaxOpenRequests = 1
+	pc.Producer.Transaction.ID = topic + ".test-txn"
+	prod, err := sarama.NewSyncProducer(brokers(t), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	write := func(rec deadletter.Record, commit bool) {
+		t.Helper()
+		if err := prod.BeginTxn(); err != nil {
+			t.Fatal(err)
+		}
+		msg := rec.Message()
+		pm := &sarama.ProducerMessage{Topic: topic, Value: sarama.ByteEncoder(msg.Payload)}
+		for k, v := range msg.Metadata {
+			pm.Headers = append(pm.Headers, sarama.RecordHeader{Key: []byte(k), Value: []byte(v)})
+		}
+		pm.Headers = append(pm.Headers, sarama.RecordHeader{Key: []byte("_watermill_message_uuid"), Value: []byte(msg.UUID)})
+		if _, _, err := prod.SendMessage(pm); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			err = prod.CommitTxn()
+		} else {
+			err = prod.AbortTxn()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	aborted, committed := storetest.Sample(1, "orders", deadletter.Exhausted), storetest.Sample(2, "orders", deadletter.Exhausted)
+	write(aborted, false)
+	write(committed, true)
+	s, err := kafkastore.New(c, topic, kafkastore.Config{ReadTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	entries, _, err := s.List(ctx, deadletter.Filter{}, deadletter.Page{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Record.UUID != committed.UUID {
+		var got []string
+		for _, e := range entries {
+			got = append(got, e.Record.UUID)
+		}
+		t.Fatalf("listed %v, want only the committed dead letter %s (aborted: %s)", got, committed.UUID, aborted.UUID)
+	}
+}
