@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/millrace/millrace/internal/redisguard"
 )
 
 // RedisStore is the Store of the field report on Redis (go-redis v9). Claim is one SET NX PX
@@ -32,7 +34,7 @@ func NewRedisStore(client redis.UniversalClient, opts StoreOptions) (*RedisStore
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	guardConnections(client)
+	redisguard.Install(client)
 	return &RedisStore{client: client, opts: opts, scripts: newRedisScripts(), sentMs: millis(opts.SentTTL)}, nil
 }
 

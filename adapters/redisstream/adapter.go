@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/internal/redisguard"
 )
 
 // BrokerName is the adapter's name in Attempts and dead-letter records.
@@ -81,7 +82,7 @@ func New(cfg Config) (*Adapter, error) {
 		a.client = redis.NewClient(opts)
 		a.ownClient = true
 	}
-	guardConnections(a.client)
+	redisguard.Install(a.client)
 	a.maxBlock = maxBlockFor(a.client)
 	a.acks = newAcker(a.client, cfg.Logger)
 	a.acks.stats = &a.stats
