@@ -22,17 +22,7 @@ import (
 func TestRetryPublishFailureDoesNotCommit(t *testing.T) {
 	t.Parallel()
 	topic, group := uniqueName("fault"), uniqueName("fault-group")
-	failFast := func(c *kafka.Config) {
-		sc := sarama.NewConfig()
-		sc.Metadata.Retry.Max = 1
-		sc.Metadata.Retry.Backoff = 50 * time.Millisecond
-		sc.Producer.Retry.Max = 1
-		sc.Producer.Retry.Backoff = 50 * time.Millisecond
-		c.Sarama = sc
-		c.NackDelay = 100 * time.Millisecond
-		c.AtLeastOnce = true
-	}
-	a := newAdapter(t, group, failFast)
+	a := newAdapter(t, group, func(c *kafka.Config) { failFast(c); c.AtLeastOnce = true })
 	// Many attempts, so the in-process redeliveries (each one counts) never exhaust the policy
 	// and dead-letter the record while the test watches.
 	policy := millrace.RetryPolicy{MaxAttempts: 100, Backoff: millrace.Fixed(200 * time.Millisecond)}
@@ -99,15 +89,7 @@ func TestRetryPublishFailureDoesNotCommit(t *testing.T) {
 func TestTransactionFailureCommitsNothing(t *testing.T) {
 	t.Parallel()
 	topic, group := uniqueName("txnfault"), uniqueName("txnfault-group")
-	a := newAdapter(t, group, func(c *kafka.Config) {
-		sc := sarama.NewConfig()
-		sc.Metadata.Retry.Max = 1
-		sc.Metadata.Retry.Backoff = 50 * time.Millisecond
-		sc.Producer.Retry.Max = 1
-		sc.Producer.Retry.Backoff = 50 * time.Millisecond
-		c.Sarama = sc
-		c.NackDelay = 100 * time.Millisecond
-	})
+	a := newAdapter(t, group, failFast)
 	policy := millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(200 * time.Millisecond)}
 	rec := newRecorder()
 	handler := func(_ context.Context, _ *message.Message, at millrace.Attempt) error {

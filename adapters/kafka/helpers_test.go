@@ -302,3 +302,15 @@ func waitNoLag(t testing.TB, group, topic string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// failFast makes a failing write fail within about 100 ms (one metadata and one produce retry,
+// 50 ms apart) and a nacked record come again after 100 ms, for the tests that break a topic.
+func failFast(c *kafka.Config) {
+	sc := sarama.NewConfig()
+	sc.Metadata.Retry.Max = 1
+	sc.Metadata.Retry.Backoff = 50 * time.Millisecond
+	sc.Producer.Retry.Max = 1
+	sc.Producer.Retry.Backoff = 50 * time.Millisecond
+	c.Sarama = sc
+	c.NackDelay = 100 * time.Millisecond
+}

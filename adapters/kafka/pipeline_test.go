@@ -99,13 +99,7 @@ func testStuckRecordBoundsPending(t *testing.T, atLeastOnce bool) {
 	logs := &syncBuffer{}
 	const inFlight = 2
 	a := newAdapter(t, group, func(c *kafka.Config) {
-		sc := sarama.NewConfig()
-		sc.Metadata.Retry.Max = 1
-		sc.Metadata.Retry.Backoff = 50 * time.Millisecond
-		sc.Producer.Retry.Max = 1
-		sc.Producer.Retry.Backoff = 50 * time.Millisecond
-		c.Sarama = sc
-		c.NackDelay = 100 * time.Millisecond
+		failFast(c)
 		c.AtLeastOnce = atLeastOnce
 		c.MaxInFlight = inFlight
 		c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))
