@@ -126,8 +126,10 @@ func (a *Adapter) Client() *awssqs.Client { return a.client }
 
 // Close ends every subscription made through the adapter's subscribers, all at once, as their
 // Close does: it waits for the receives in flight (at most Config.WaitTime, plus 10 s if the
-// endpoint does not answer), gives back the messages not yet handed to a consumer, and leaves
-// messages whose handler still runs to their visibility timeout.
+// endpoint does not answer), hands what they got to the consumers (given back if not taken
+// within HandOffWait), and waits for the verdicts of the messages handed out, each at most
+// until its visibility timeout ends. ScheduleRetry and DeadLetter refuse to work from the
+// moment Close is called (millrace.ErrClosed), so close the router first.
 func (a *Adapter) Close() error {
 	a.mu.Lock()
 	if a.closed {

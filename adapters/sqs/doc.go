@@ -1,6 +1,6 @@
 // Package sqs is millrace's Amazon SQS adapter (standard queues), built on aws-sdk-go-v2: its
-// publisher is watermill-aws v1.0.3's, its subscriber runs its own receive loop so that Close
-// can give back what a receive got.
+// publisher is watermill-aws v1.0.3's, its subscriber runs its own receive loop so that ending a
+// subscription never cancels a receive in flight (see Semantics worth knowing).
 //
 // # How millrace maps to SQS
 //
@@ -132,16 +132,24 @@
 //     idempotency package for side effects.
 //   - If the delete after a successful dead-letter send fails, the message is delivered again
 //     and dead-lettered a second time (at least once, never lost).
-//   - Closing a subscriber (or the adapter) never cancels a receive in flight: a long poll
-//     cancelled mid-request may still be handed a message by SQS, which then counts the receive
-//     and hides the message for the queue's visibility timeout. Close waits for the poll to end
-//     instead, so it takes up to Config.WaitTime (plus 10 s if the endpoint does not answer), and
-//     makes every message received but not yet handed to the consumer visible again at once
-//     (ChangeMessageVisibility 0). SQS still counts that receive, as no API takes one back: the
-//     message's next delivery is one attempt higher, as after a crash, and with MaxAttempts 1 it
-//     is dead-lettered as exhausted. A lower WaitTime makes this rarer and Close shorter, at the
-//     cost of more receive calls. A message whose handler still runs when Close comes keeps its
-//     visibility timeout, since the handler may still be working on it.
+//   - Closing a subscriber (or the adapter), or cancelling a Subscribe context, never burns an
+//     attempt. A receive in flight is not cancelled (SQS may hand a message to a request
+//     cancelled mid-poll, counting the receive and hiding the message for the visibility
+//     timeout): it is left to finish, and the message it gets is handed to the consumer as an
+//     ordinary delivery, attempt number and all, whose verdict counts as usual (Watermill's
+//     router reads a subscription's channel until the subscriber closes it, and waits for its
+//     running handlers up to its CloseTimeout). Handler contexts are not cancelled when a
+//     subscription ends; a handler running then finishes and its ack deletes the message.
+//   - The one case that still counts a receive: a message the consumer does not take within
+//     HandOffWait (1 s) once the subscription is ending (nobody reads the channel any more) is
+//     given back, visible again at once (ChangeMessageVisibility 0), but SQS has counted the
+//     receive, as no API takes one back: its next delivery is one attempt higher, as after a
+//     crash, and with MaxAttempts 1 it is dead-lettered as exhausted.
+//   - Close therefore takes up to Config.WaitTime (the poll in flight; plus 10 s if the
+//     endpoint does not answer) plus the handling of that one message per subscription: its
+//     hand-off, its handler and the call relaying its verdict; the wait for a verdict ends at
+//     the latest when the message's visibility timeout does (SQS hands it out again then). A
+//     lower WaitTime makes Close shorter, at the cost of more receive calls.
 //   - Receive counts are approximate in SQS; fauxqs, LocalStack and ElasticMQ count exactly.
 //
 // # Crashes

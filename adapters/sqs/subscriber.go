@@ -23,6 +23,12 @@ const (
 	callTimeout = 10 * time.Second
 	// receiveRetrySleep is the pause after a failed receive.
 	receiveRetrySleep = time.Second
+	// HandOffWait is how long a subscription that is ending (its Subscribe context done, or
+	// Close called) still offers the message its last receive got to the consumer. Watermill's
+	// router reads a subscription's channel until the subscriber closes it, so it takes the
+	// message at once; a consumer that stopped reading does not, and the message is then given
+	// back (ChangeMessageVisibility 0).
+	HandOffWait = time.Second
 )
 
 // Subscriber returns a new subscriber. Closing it (the Watermill router does on shutdown) ends
@@ -30,11 +36,13 @@ const (
 // poll of Config.WaitTime, asking SQS for ApproximateReceiveCount and
 // ApproximateFirstReceiveTimestamp, which DecodeAttempt reads.
 //
-// Close never cancels a receive in flight (SQS may already have handed out a message to a
-// cancelled request, counting the receive and hiding the message for the visibility timeout):
-// it waits for the poll to end, which takes at most Config.WaitTime (plus 10 s if the endpoint
-// does not answer), and gives back (ChangeMessageVisibility 0) every message received but not
-// yet handed to the consumer, so it is receivable again at once.
+// Ending a subscription (Close, or its Subscribe context) never burns an attempt: SQS counts a
+// receive as soon as it hands a message out, cancelled request or not, so the receive in
+// flight is not cancelled but left to finish (at most Config.WaitTime, plus 10 s if the
+// endpoint does not answer), and the message it got is handed to the consumer as an ordinary
+// delivery, whose verdict counts as usual. Only a message the consumer does not take within
+// HandOffWait (1 s) is given back (ChangeMessageVisibility 0); SQS has then counted a receive
+// that no handler saw. Handler contexts are not cancelled when a subscription ends.
 func (a *Adapter) Subscriber() message.Subscriber {
 	s := &subscriber{a: a, closing: make(chan struct{})}
 	a.mu.Lock()
@@ -69,7 +77,8 @@ type subscriber struct {
 
 // Subscribe starts a subscription on topic's queue. The queue must exist, unless
 // Config.CreateQueues is on (it is then created with the adapter's base attributes). The
-// subscription ends when ctx ends or the subscriber is closed, as Close describes.
+// subscription ends when ctx ends or the subscriber is closed, as Close describes; the channel
+// is closed once the last message it handed out has its verdict.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	a := s.a
 	url, _, err := a.ensureQueue(ctx, a.QueueName(topic), a.baseAttributes(a.QueueName(topic)))
@@ -84,7 +93,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	s.wg.Add(1)
 	s.mu.Unlock()
 
-	// subCtx ends with ctx or at Close; handlers' message contexts derive from it.
+	// subCtx ends with ctx or at Close. Message contexts keep its values but not its end.
 	subCtx, stop := context.WithCancel(ctx)
 	go func() {
 		select {
@@ -104,7 +113,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 }
 
 // receive polls url until ctx ends. A poll is never cancelled: it runs to its end, and what it
-// received after ctx ended is given back.
+// received after ctx ended is delivered all the same (see deliver).
 func (s *subscriber) receive(ctx context.Context, topic, url string, out chan<- *message.Message) {
 	a := s.a
 	input := &awssqs.ReceiveMessageInput{
@@ -135,18 +144,16 @@ func (s *subscriber) receive(ctx context.Context, topic, url string, out chan<- 
 	}
 }
 
-// deliver hands one received message to the consumer and relays its verdict. If the
-// subscription ends before the consumer takes the message, the message is given back; if it
-// ends while the handler runs, the message is left to its visibility timeout (the handler may
-// still be working on it).
+// deliver hands one received message to the consumer and relays its verdict. Once ctx has
+// ended (the subscription is ending) the message is still offered for HandOffWait, then given
+// back if the consumer did not take it; a message the consumer took keeps its verdict relayed
+// until its visibility timeout ends, after which SQS hands it out again anyway.
 func (s *subscriber) deliver(ctx context.Context, topic, url string, sm *types.Message, out chan<- *message.Message) {
 	msg, d := decodeMessage(sm)
 	d.topic, d.queueURL = topic, url
-	if ctx.Err() != nil {
-		s.giveBack(ctx, d)
-		return
-	}
-	msgCtx, cancel := context.WithCancel(withDelivery(ctx, d))
+	// The handler's context is not cancelled when the subscription ends: a handler running then
+	// finishes and its verdict counts. It ends when deliver returns.
+	msgCtx, cancel := context.WithCancel(withDelivery(context.WithoutCancel(ctx), d))
 	defer cancel()
 	if d.decodeErr != nil {
 		msgCtx = millrace.WithDecodeError(msgCtx, d.decodeErr)
@@ -156,21 +163,45 @@ func (s *subscriber) deliver(ctx context.Context, topic, url string, sm *types.M
 	select {
 	case out <- msg:
 	case <-ctx.Done():
-		s.giveBack(ctx, d)
-		return
+		handOff := time.NewTimer(HandOffWait)
+		defer handOff.Stop()
+		select {
+		case out <- msg:
+		case <-handOff.C:
+			s.giveBack(ctx, d)
+			return
+		}
 	}
 	select {
 	case <-msg.Acked():
-		if !d.leftToRedrive.Load() {
-			s.remove(ctx, d)
-		}
+		s.acked(ctx, d)
+		return
 	case <-msg.Nacked():
+		return
 	case <-ctx.Done():
+	}
+	// Ending while the handler runs: wait for its verdict while the message is still ours.
+	expiry := time.NewTimer(time.Until(d.receivedAt.Add(s.a.cfg.VisibilityTimeout)))
+	defer expiry.Stop()
+	select {
+	case <-msg.Acked():
+		s.acked(ctx, d)
+	case <-msg.Nacked():
+	case <-expiry.C:
+		s.a.cfg.Logger.WarnContext(ctx, "millrace sqs: subscription ended with a handler still running past the message's visibility timeout; SQS delivers the message again",
+			"queue", d.queueURL, "message_id", d.messageID)
 	}
 }
 
-// giveBack makes a message the consumer never got visible again at once. SQS has counted its
-// receive all the same.
+// acked deletes an acked message, unless it was left to SQS's RedrivePolicy.
+func (s *subscriber) acked(ctx context.Context, d *delivery) {
+	if !d.leftToRedrive.Load() {
+		s.remove(ctx, d)
+	}
+}
+
+// giveBack makes a message the consumer did not take visible again at once. SQS has counted
+// its receive all the same.
 func (s *subscriber) giveBack(ctx context.Context, d *delivery) {
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
@@ -203,10 +234,12 @@ func (s *subscriber) remove(ctx context.Context, d *delivery) {
 	}
 }
 
-// Close ends the subscriptions made through s, waiting for each one's receive in flight (at
-// most Config.WaitTime, plus 10 s if the endpoint does not answer); a second Close waits as
-// well. Messages received but not yet handed to the consumer are given back (visible again at
-// once); messages whose handler is still running are left to their visibility timeout.
+// Close ends the subscriptions made through s; a second Close waits as well. It waits for each
+// one's receive in flight (at most Config.WaitTime, plus 10 s if the endpoint does not answer),
+// hands the message it got to the consumer as an ordinary delivery (given back if not taken
+// within HandOffWait), and waits for the verdict of every message handed out, at most until the
+// message's visibility timeout ends, and for the delete after an ack. So Close takes at most
+// WaitTime plus the handling of one message per subscription.
 func (s *subscriber) Close() error {
 	s.mu.Lock()
 	if !s.closed {
