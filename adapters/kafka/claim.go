@@ -121,11 +121,15 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 			return nil
 		case <-h.sub.ctx.Done():
 			return nil
+		case <-p.txnDead():
+			// Returning ends the session: the member rejoins and the partition's next owner
+			// (this member again, or another) starts a producer under the new generation.
+			return nil
 		}
 		f := h.decode(rec, fromRetryTopic)
 		// Retry records are dispatched in their topic's order, each once due: the tier holds
 		// one delay, so due times rise with the offsets.
-		if fromRetryTopic && f.decodeErr == nil && !h.waitUntilDue(sess, rec, f.d.stateMD, tierDelay) {
+		if fromRetryTopic && f.decodeErr == nil && !h.waitUntilDue(sess, p.txnDead(), rec, f.d.stateMD, tierDelay) {
 			return nil
 		}
 		if !p.admit(f) {
@@ -251,7 +255,7 @@ const clockSlack = time.Second
 // headers cannot hold a partition longer than the record's tier delay (Config.MaxDelay when the
 // tier is unknown) plus clockSlack after the record was written. It reports false when the session or
 // subscription ended first.
-func (h *groupHandler) waitUntilDue(sess sarama.ConsumerGroupSession, rec *sarama.ConsumerMessage, md message.Metadata, tierDelay time.Duration) bool {
+func (h *groupHandler) waitUntilDue(sess sarama.ConsumerGroupSession, dead <-chan struct{}, rec *sarama.ConsumerMessage, md message.Metadata, tierDelay time.Duration) bool {
 	s := h.sub
 	due := notBefore(md)
 	bound := tierDelay
@@ -280,6 +284,8 @@ func (h *groupHandler) waitUntilDue(sess sarama.ConsumerGroupSession, rec *saram
 	case <-sess.Context().Done():
 		return false
 	case <-s.ctx.Done():
+		return false
+	case <-dead:
 		return false
 	}
 }

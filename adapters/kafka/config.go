@@ -97,21 +97,23 @@ type Config struct {
 	// second retry chain or a second dead letter for a record; it costs at most a repeat of
 	// the attempts in flight. That needs brokers with transactions (Kafka 0.11+, a
 	// transaction coordinator; on secured clusters, Write and Describe on the transactional
-	// ids <TransactionalIDPrefix>.<ConsumerGroup>.*) and Sarama.Version at least 2.5.0.
+	// ids <TransactionalIDPrefix>/<ConsumerGroup>/*) and Sarama.Version at least 2.5.0.
 	// With AtLeastOnce the retry or dead letter is written first and the offset committed
 	// after it: a crash between the two hands the record to the next owner, which starts a
 	// second retry chain (or writes a second dead letter) for it.
 	AtLeastOnce bool
 	// TransactionalIDPrefix begins the transactional id of each claimed partition's producer:
-	// <prefix>.<ConsumerGroup>.<topic>.<partition>. The id is fixed per partition so that the
+	// <prefix>/<ConsumerGroup>/<topic>/<partition>. The id is fixed per partition so that the
 	// partition's next owner fences the previous one (and aborts what a crashed one left
 	// open). Default "millrace".
 	TransactionalIDPrefix string
 	// TransactionTimeout is how long the brokers let a transaction stay open before they abort
-	// it (Kafka's transaction.timeout.ms). A transaction lasts a produce and a commit round
-	// trip; this bounds how long a transaction left open by a process that died in the middle
-	// of a commit holds back the read_committed readers of its partitions, when no new owner
-	// of its partition aborts it sooner. Default 10 s.
+	// it (Kafka's transaction.timeout.ms). A healthy transaction lasts a produce and a commit
+	// round trip, longer while sarama retries its requests; one that outlasts this is aborted
+	// by the brokers and written again. It also bounds how long a transaction left open by a
+	// process that died in the middle of a commit (after the offsets, before the end) holds
+	// back its partitions: their next owner's stable offset fetch waits for it, and its
+	// session fails and rejoins until the brokers abort it. Default 10 s.
 	TransactionTimeout time.Duration
 	// Sarama is the base client configuration (version, TLS, SASL, timeouts). Default
 	// sarama.NewConfig(). The adapter overrides, on a copy, the settings its guarantees depend
@@ -174,6 +176,18 @@ func (c Config) Validate() error {
 	if c.Sarama != nil && c.Sarama.Producer.Transaction.ID != "" {
 		return &millrace.ConfigError{Field: "kafka.Config.Sarama.Producer.Transaction.ID", Value: strconv.Quote(c.Sarama.Producer.Transaction.ID),
 			Rule: "must be empty: the adapter names one transactional producer per partition (set TransactionalIDPrefix)"}
+	}
+	if c.Sarama != nil {
+		strategies := c.Sarama.Consumer.Group.Rebalance.GroupStrategies
+		if s := c.Sarama.Consumer.Group.Rebalance.Strategy; s != nil { //nolint:staticcheck // the deprecated field still takes effect
+			strategies = append(strategies, s)
+		}
+		for _, s := range strategies {
+			if s != nil && s.Name() == sarama.CooperativeStickyBalanceStrategyName {
+				return &millrace.ConfigError{Field: "kafka.Config.Sarama.Consumer.Group.Rebalance.GroupStrategies", Value: s.Name(),
+					Rule: "must not be cooperative: the adapter ends a claim's work with its session, and a cooperative rebalance keeps claims running into a new generation"}
+			}
+		}
 	}
 	if !c.AtLeastOnce && c.Sarama != nil && !c.Sarama.Version.IsAtLeast(sarama.V2_5_0_0) {
 		return &millrace.ConfigError{Field: "kafka.Config.Sarama.Version", Value: c.Sarama.Version.String(),

@@ -73,7 +73,7 @@
 // requests in order, and a fetch long-poll waits up to Consumer.MaxWaitTime, 500 ms).
 //
 // By default each claimed partition has a transactional producer (transactional id
-// <TransactionalIDPrefix>.<ConsumerGroup>.<topic>.<partition>), and a failing record's retry or
+// <TransactionalIDPrefix>/<ConsumerGroup>/<topic>/<partition>), and a failing record's retry or
 // dead letter is not published on its own: it is staged, and the partition's next
 // transaction writes it together with the offset past its source record (and the offsets of
 // the records acknowledged meanwhile). Every topic is read read_committed. So a retry record
@@ -82,11 +82,12 @@
 // transaction that fails is aborted (nothing of it is visible) and written again every
 // Config.NackDelay, logging a warning, until it commits or the partition moves. The next owner
 // of a partition (after a rebalance, or a restart after a crash) fences the previous owner's
-// producer when it starts its own, which aborts a transaction the previous owner left open.
-// The brokers need transactions (Kafka 0.11+; on secured clusters, Write and Describe on the
-// transactional ids) and Config.Sarama.Version at least 2.5.0; Config.TransactionTimeout
-// (10 s) bounds how long a transaction a process left open while it died in the middle of a
-// commit can hold up its partitions' readers when no new owner aborts it sooner.
+// producer when it starts its own, which aborts a transaction the previous owner left open
+// (but see Crashes). The brokers need transactions (Kafka 0.11+; on secured clusters, Write
+// and Describe on the transactional ids) and Config.Sarama.Version at least 2.5.0. A
+// producer that can write no more (fenced by a new owner, or in a fatal state such as an
+// expired transactional id) ends its claim, which ends the session: the member rejoins, and
+// the partition's owner starts a new producer under the new generation.
 //
 // Config.AtLeastOnce turns transactions off: the retry or dead letter is published first
 // (synchronously, acknowledged by the brokers, through a producer that lingers up to
@@ -130,7 +131,16 @@
 // retry or dead letter and its source offset's commit hands the record to the next owner,
 // which writes a second retry or dead letter for it (one per claimed partition and kill).
 // Records a handler publishes itself (through Publisher or any producer) are not in the
-// transaction: a repeated handler call publishes them again.
+// transaction: a repeated handler call publishes them again; nor is a dead letter written to a
+// store by deadletter/sink (its Put runs before the transaction), which a kill can store
+// twice. A transaction whose commit reached the brokers while its answer was lost (the
+// coordinator failing over in that instant) is written again as a new one, which can
+// duplicate its retries and dead letters. The next owner of a partition fences and aborts a
+// transaction a crashed owner left open when it starts its producer, except one that had sent
+// its offsets and not its end: that one holds the partition's offset fetch until the brokers
+// abort it after Config.TransactionTimeout, and the member's sessions fail and rejoin
+// meanwhile. Cooperative rebalancing is refused at start-up (Validate): a claim would keep
+// running into a new generation with the old one's producer.
 //
 // # Connection loss
 //
@@ -196,8 +206,10 @@
 // is larger uncompressed than T's max.message.bytes, and its copies fit only as far as
 // Config.Sarama's compression (none by default) shrinks them again.
 //
-// Redeliveries after a nack within one subscription count as attempts too (NativeCount), so a
-// record whose retry cannot be published still reaches its dead letter after MaxAttempts calls.
+// Redeliveries after a nack within one subscription count as attempts too (NativeCount), so in
+// AtLeastOnce mode a record whose retry cannot be published still reaches its dead letter
+// after MaxAttempts calls. In transactional mode the handler is not called again: the
+// transaction is written again until it commits, and the partition stalls meanwhile.
 //
 // # Brokers
 //

@@ -21,3 +21,8 @@ func (a *Adapter) RetryTopicMaxBytes(s int64) (int64, error) {
 	z, err := a.sizeFor("t", s)
 	return z.topicLimit, err
 }
+
+// TransactionalID is the transactional id of a claimed partition's producer.
+func TransactionalID(prefix, group, topic string, partition int32) string {
+	return transactionalID(prefix, group, topic, partition)
+}

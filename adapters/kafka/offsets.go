@@ -24,6 +24,13 @@ type offsetCommitter struct {
 	version    sarama.KafkaVersion
 	instanceID *string
 
+	// sending is held through a whole commit (take the marks, send, put them back on failure),
+	// so that with SyncCommit, where every worker commits, a commit returns only once the
+	// marks it found were committed, requests never overtake each other (an older one landing
+	// last would move the committed offset back), and a failed one never puts back a mark a
+	// later one committed.
+	sending sync.Mutex
+
 	mu    sync.Mutex
 	marks map[string]map[int32]int64 // next offset to commit, per partition, not yet committed
 }
@@ -61,6 +68,8 @@ func (c *offsetCommitter) forget() {
 // commit sends the marks made since the last commit for the session's generation. Marks whose
 // commit failed stay, for the next call (unless a later mark replaced them).
 func (c *offsetCommitter) commit(sess sarama.ConsumerGroupSession) error {
+	c.sending.Lock()
+	defer c.sending.Unlock()
 	c.mu.Lock()
 	taken := c.marks
 	c.marks = map[string]map[int32]int64{}

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -171,6 +172,8 @@ func (p *pipeline) awaitRoom() bool {
 			return false
 		case <-p.h.sub.ctx.Done():
 			return false
+		case <-p.txnDead():
+			return false
 		}
 	}
 }
@@ -268,13 +271,22 @@ func (p *pipeline) advanceLocked() bool {
 // stage hands f's retry or dead-letter record to the partition's transaction: f counts as
 // acknowledged from now on, and the record is committed with the offset past f, in the
 // transaction that commits the first offset at or after it.
-func (p *pipeline) stage(f *flight, record *sarama.ProducerMessage) {
+func (p *pipeline) stage(f *flight, record *sarama.ProducerMessage) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if f.staged {
+		// Its first hand-off may already be on its way with the offset past f: a second one
+		// could not join it, and a record gets one retry or one dead letter per delivery.
+		return errSecondHandOff
+	}
 	f.out = append(f.out, record)
 	f.acked, f.staged = true, true
 	p.advanceLocked()
+	return nil
 }
+
+// errSecondHandOff refuses a second retry or dead letter for one delivery.
+var errSecondHandOff = errors.New("kafka: this delivery's retry or dead letter was already handed off")
 
 // isStaged reports whether f's retry or dead letter was staged.
 func (p *pipeline) isStaged(f *flight) bool {
@@ -326,5 +338,16 @@ func (p *pipeline) takeSlot() bool {
 		return false
 	case <-p.h.sub.ctx.Done():
 		return false
+	case <-p.txnDead():
+		return false
 	}
+}
+
+// txnDead is closed when the partition's transactional producer can write no more; nil (never
+// ready) in AtLeastOnce mode.
+func (p *pipeline) txnDead() <-chan struct{} {
+	if p.txn == nil {
+		return nil
+	}
+	return p.txn.dead
 }

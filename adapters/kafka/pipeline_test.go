@@ -139,8 +139,16 @@ func testStuckRecordBoundsPending(t *testing.T, atLeastOnce bool) {
 		}
 	} else {
 		// Transactional: the poison record's dead letter is staged and the partition goes on
-		// until its transaction has failed; from then on the records acknowledged and not
-		// committed count against the bound, and the partition stalls.
+		// until its transaction has failed (or taken a second); from then on the records
+		// acknowledged and not committed count against the bound, and, with more records
+		// coming, the partition stalls.
+		for i := range n {
+			m := newMessage("more" + strconv.Itoa(i))
+			m.Metadata.Set("key", "more"+strconv.Itoa(i))
+			if err := a.Publisher().Publish(topic, m); err != nil {
+				t.Fatal(err)
+			}
+		}
 		deadline := time.Now().Add(waitTimeout)
 		for !strings.Contains(logs.String(), "partition stalled") {
 			if time.Now().After(deadline) {
@@ -149,16 +157,9 @@ func testStuckRecordBoundsPending(t *testing.T, atLeastOnce bool) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		got := others(rec.snapshot())
-		for i := range n {
-			m := newMessage("more" + strconv.Itoa(i))
-			m.Metadata.Set("key", "more"+strconv.Itoa(i))
-			if err := a.Publisher().Publish(topic, m); err != nil {
-				t.Fatal(err)
-			}
-		}
 		time.Sleep(time.Second)
-		if again := others(rec.snapshot()); again != got {
-			t.Fatalf("records handled behind the failing transaction: %d when it stalled, %d after %d more arrived: the partition did not stall", got, again, n)
+		if again := others(rec.snapshot()); again != got || got >= 2*n {
+			t.Fatalf("records handled behind the failing transaction: %d when it stalled, %d a second later (of %d): the partition did not stall", got, again, 2*n)
 		}
 	}
 	if committed, _ := lag(t, group, topic); committed[0] > 0 {

@@ -54,8 +54,7 @@ func (a *Adapter) stage(d *delivery, topic string, msg *message.Message) error {
 	if err != nil {
 		return fmt.Errorf("marshal message %s: %w", msg.UUID, err)
 	}
-	d.pipe.stage(d.flight, pm)
-	return nil
+	return d.pipe.stage(d.flight, pm)
 }
 
 // warnBeyondTiers logs a RetryAfter longer than every tier: the retry is due after the largest

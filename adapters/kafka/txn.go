@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,7 +30,7 @@ import (
 // commits or the session ends (the records are then handled again by the partition's next
 // owner, and nothing of the aborted transaction was ever visible).
 //
-// The producer's transactional id is fixed per partition (<prefix>.<group>.<topic>.<partition>),
+// The producer's transactional id is fixed per partition (<prefix>/<group>/<topic>/<partition>),
 // so the next owner of the partition (after a rebalance, or a restart after a crash) fences
 // this producer when it starts its own: a transaction the crashed process left open is
 // aborted then, and a zombie can no longer commit. The consumers read read_committed, so a
@@ -48,16 +49,32 @@ type txnCommitter struct {
 	// failing is set while transactions fail: the acknowledged records then count against the
 	// partition's pending bound, so a partition whose transactions cannot commit stalls.
 	failing bool
-	next    int64         // offset to commit: after the acknowledged prefix
-	done    int64         // offset last committed (-1: none yet)
-	wake    chan struct{} // holds a token while there is something to commit
-	stop    chan struct{}
-	ended   chan struct{}
+	// since is when the transaction in progress began (zero: none): one that has taken
+	// longer than slowCommit counts as failing (see backlog).
+	since time.Time
+	next  int64         // offset to commit: after the acknowledged prefix
+	done  int64         // offset last committed (-1: none yet)
+	wake  chan struct{} // holds a token while there is something to commit
+	// dead is closed when the producer can write no more (fenced, or in a fatal state): the
+	// claim then ends, which ends the session, so that the member rejoins and the partition's
+	// owner starts a new producer under the new generation.
+	dead  chan struct{}
+	stop  chan struct{}
+	ended chan struct{}
 }
 
-// transactionalID names the producer of a claimed partition's transactions.
+// slowCommit is how long a transaction may take before the records acknowledged meanwhile
+// count against the partition's pending bound: a commit that hangs (each of its requests may
+// wait Net.ReadTimeout) must not let the partition take records without limit.
+const slowCommit = time.Second
+
+// transactionalID names the producer of a claimed partition's transactions:
+// <prefix>/<group>/<topic>/<partition>. Topic names cannot hold '/' (Kafka allows
+// [a-zA-Z0-9._-]), so read from the right the id names one topic and partition of one group:
+// with '.' as the separator, group "x.g" with topic "t" and group "x" with topic "g.t" shared
+// an id, and each fenced the other's producer.
 func transactionalID(prefix, group, topic string, partition int32) string {
-	return prefix + "." + group + "." + topic + "." + strconv.Itoa(int(partition))
+	return prefix + "/" + group + "/" + topic + "/" + strconv.Itoa(int(partition))
 }
 
 // newTxnCommitter connects the partition's transactional producer; connecting it fences the
@@ -81,7 +98,7 @@ func newTxnCommitter(p *pipeline, sc *sarama.Config) (*txnCommitter, error) {
 		meta.GroupInstanceID = &inst
 	}
 	t := &txnCommitter{p: p, id: tc.Producer.Transaction.ID, conf: &tc, meta: meta, next: -1, done: -1,
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), ended: make(chan struct{})}
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), ended: make(chan struct{}), dead: make(chan struct{})}
 	if err := t.connect(); err != nil {
 		return nil, err
 	}
@@ -104,14 +121,24 @@ func (t *txnCommitter) connect() error {
 	return nil
 }
 
-// reconnect replaces the producer after a failed transaction. A sarama producer keeps state
-// from a failure that a later transaction trips over: its circuit breaker for a topic that was
-// missing stays open, failing every send, after the topic is back. Only the partition's owner
-// reconnects (its claim is running and it was not fenced), so it never fences a new owner: the
-// group hands the partition on only after this claim returned.
+// reconnect replaces the producer after a transaction failed for a reason that lives in the
+// producer itself (producerStateError): its circuit breaker for a topic that was missing stays
+// open, failing every send, after the topic is back. Starting a producer bumps the epoch of
+// the partition's transactional id, which fences whoever holds it: so never after a failure
+// that says this member may no longer own the partition (a generation or fencing error), and
+// never for network errors, which sarama's client redials by itself. A member evicted while
+// its session still runs (heartbeats lost in a black hole) meets network errors, not
+// producer-state ones, until its session ends.
 func (t *txnCommitter) reconnect() error {
 	t.disconnect()
 	return t.connect()
+}
+
+// producerStateError reports whether err is one a new producer gets past: a topic or
+// partition the producer's metadata (and circuit breaker) last saw missing.
+func producerStateError(err error) bool {
+	return errors.Is(err, sarama.ErrUnknownTopicOrPartition) || errors.Is(err, sarama.ErrLeaderNotAvailable) ||
+		strings.Contains(err.Error(), "circuit breaker is open")
 }
 
 // disconnect closes the producer, if connected.
@@ -148,7 +175,7 @@ func (t *txnCommitter) add(records []*sarama.ProducerMessage, n int, next int64)
 func (t *txnCommitter) backlog() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.failing {
+	if !t.failing && (t.since.IsZero() || time.Since(t.since) < slowCommit) {
 		return 0
 	}
 	return t.held
@@ -197,8 +224,10 @@ func (t *txnCommitter) commitUntilDone() bool {
 			return true
 		}
 		if errors.Is(err, errFenced) {
-			t.p.h.sub.logger.Warn("kafka: transactional producer fenced: the partition has a new owner; its records here are left to it",
+			t.p.h.sub.logger.Warn("kafka: transactional producer can write no more (fenced by a new owner, or failed for good); "+
+				"the claim ends and the member rejoins the group; what was not committed is handled again",
 				slog.String("transactional_id", t.id), slog.String("error", err.Error()))
+			close(t.dead)
 			return false
 		}
 		t.p.h.sub.logger.Warn("kafka: transaction failed; it is written again (nothing of it is visible, the source offsets stay)",
@@ -211,10 +240,23 @@ func (t *txnCommitter) commitUntilDone() bool {
 			// The partition moves: what is not committed is the next owner's to handle.
 			return false
 		}
+		if !producerStateError(err) {
+			continue
+		}
 		if err := t.reconnect(); err != nil {
 			t.p.h.sub.logger.Warn("kafka: transactional producer reconnect failed; trying again",
 				slog.String("transactional_id", t.id), slog.String("error", err.Error()))
 		}
+	}
+}
+
+// isDead reports whether the producer can write no more.
+func (t *txnCommitter) isDead() bool {
+	select {
+	case <-t.dead:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -226,10 +268,17 @@ func (t *txnCommitter) commit() error {
 	t.mu.Lock()
 	records := t.staged[:len(t.staged):len(t.staged)]
 	next, held := t.next, t.held
-	t.mu.Unlock()
 	if len(records) == 0 && next <= t.done {
+		t.mu.Unlock()
 		return nil
 	}
+	t.since = time.Now()
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		t.since = time.Time{}
+		t.mu.Unlock()
+	}()
 	if t.prod == nil { // a reconnect failed
 		if err := t.connect(); err != nil {
 			return err
@@ -290,7 +339,11 @@ func firstProducerError(err error) error {
 // err (errFenced when the producer can write no more).
 func (t *txnCommitter) failed(err error) error {
 	status := t.prod.TxnStatus()
-	if status&sarama.ProducerTxnFlagFatalError != 0 || errors.Is(err, sarama.ErrProducerFenced) {
+	if status&sarama.ProducerTxnFlagFatalError != 0 || errors.Is(err, sarama.ErrProducerFenced) ||
+		errors.Is(err, sarama.ErrIllegalGeneration) || errors.Is(err, sarama.ErrUnknownMemberId) || errors.Is(err, sarama.ErrFencedInstancedId) {
+		if status&sarama.ProducerTxnFlagInTransaction != 0 && status&sarama.ProducerTxnFlagFatalError == 0 {
+			_ = t.prod.AbortTxn()
+		}
 		return fmt.Errorf("%w: %w", errFenced, err)
 	}
 	if status&sarama.ProducerTxnFlagInTransaction != 0 || status&sarama.ProducerTxnFlagAbortableError != 0 {
@@ -306,6 +359,10 @@ func (t *txnCommitter) failed(err error) error {
 func (t *txnCommitter) close() {
 	close(t.stop)
 	<-t.ended
+	if t.prod == nil || t.isDead() {
+		t.disconnect()
+		return // nothing can be committed from here: the next owner handles it again
+	}
 	if err := t.commit(); err != nil && !errors.Is(err, errFenced) {
 		t.p.h.sub.logger.Warn("kafka: last transaction of the partition failed; its records are handled again by the next owner",
 			slog.String("transactional_id", t.id), slog.String("error", err.Error()))
