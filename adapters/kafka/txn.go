@@ -61,6 +61,9 @@ type txnCommitter struct {
 	dead  chan struct{}
 	stop  chan struct{}
 	ended chan struct{}
+	// uncertain is the transaction whose commit failed without telling whether it took
+	// effect; resolve settles it before anything is written again.
+	uncertain *snapshot
 }
 
 // slowCommit is how long a transaction may take before the records acknowledged meanwhile
@@ -284,6 +287,12 @@ func (t *txnCommitter) commit() error {
 			return err
 		}
 	}
+	if t.uncertain != nil {
+		if err := t.resolve(); err != nil {
+			return err
+		}
+		return t.commit() // with what is left
+	}
 	if err := t.prod.BeginTxn(); err != nil {
 		return t.failed(err)
 	}
@@ -299,19 +308,86 @@ func (t *txnCommitter) commit() error {
 		}
 	}
 	if err := t.prod.CommitTxn(); err != nil {
+		// The end may have reached the coordinator with its answer lost: the next attempt
+		// first asks whether the offset committed (resolve), rather than writing the
+		// records a second time.
+		t.uncertain = &snapshot{records: len(records), held: held, next: next}
 		return t.failed(err)
 	}
+	t.committed(snapshot{records: len(records), held: held, next: next})
+	return nil
+}
+
+// snapshot is what one transaction held: its first records of staged, the source records
+// they and the offset stand for, and the offset.
+type snapshot struct {
+	records, held int
+	next          int64
+}
+
+// committed drops what the committed transaction s held.
+func (t *txnCommitter) committed(s snapshot) {
 	t.mu.Lock()
-	clear(t.staged[:len(records)])
-	t.staged = t.staged[len(records):]
-	t.held -= held
+	clear(t.staged[:s.records])
+	t.staged = t.staged[s.records:]
+	t.held -= s.held
 	t.mu.Unlock()
-	t.done = next
+	t.done = s.next
 	select { // the pipeline may be waiting for room (awaitRoom)
 	case t.p.room <- struct{}{}:
 	default:
 	}
+}
+
+// resolve settles a transaction whose commit failed without telling whether it took effect:
+// every transaction carries an offset past all its records, so it committed exactly when the
+// group's committed offset (read stable: not while a transaction on it is open) is at or past
+// that offset.
+func (t *txnCommitter) resolve() error {
+	u := t.uncertain
+	if u == nil {
+		return nil
+	}
+	off, err := t.committedOffset()
+	if err != nil {
+		return fmt.Errorf("kafka: could not learn whether the last transaction committed: %w", err)
+	}
+	t.uncertain = nil
+	if off >= u.next {
+		t.committed(*u)
+	}
 	return nil
+}
+
+// committedOffset reads the group's committed offset of the partition, waiting while a
+// transaction that commits it is still open.
+func (t *txnCommitter) committedOffset() (int64, error) {
+	group, topic, partition := t.meta.GroupID, t.p.topic, t.p.partition
+	req := &sarama.OffsetFetchRequest{Version: 7, ConsumerGroup: group, RequireStable: true}
+	req.AddPartition(topic, partition)
+	for range 50 {
+		coordinator, err := t.client.Coordinator(group)
+		if err != nil {
+			return -1, err
+		}
+		resp, err := coordinator.FetchOffset(req)
+		if err != nil {
+			_ = t.client.RefreshCoordinator(group)
+			return -1, err
+		}
+		b := resp.GetBlock(topic, partition)
+		switch {
+		case b == nil:
+			return -1, fmt.Errorf("no answer for %s/%d", topic, partition)
+		case errors.Is(b.Err, sarama.ErrUnstableOffsetCommit):
+			time.Sleep(100 * time.Millisecond)
+		case b.Err != sarama.ErrNoError:
+			return -1, b.Err
+		default:
+			return b.Offset, nil
+		}
+	}
+	return -1, sarama.ErrUnstableOffsetCommit
 }
 
 // fresh returns copies of records that carry only what the records were staged with. A sarama
