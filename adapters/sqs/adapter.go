@@ -55,6 +55,7 @@ func New(cfg Config) (*Adapter, error) {
 		endpoint := cfg.Endpoint
 		a.optFns = append(a.optFns, func(o *awssqs.Options) { o.BaseEndpoint = aws.String(endpoint) })
 	}
+	a.optFns = append(a.optFns, guardHTTP(cfg.CallTimeout))
 	a.client = awssqs.NewFromConfig(a.awsCfg, a.optFns...)
 	a.urls = &resolver{a: a, cache: map[string]string{}}
 	pub, err := wmsqs.NewPublisher(wmsqs.PublisherConfig{
@@ -125,8 +126,7 @@ func (a *Adapter) isDeadLetterQueue(name string) bool {
 func (a *Adapter) Client() *awssqs.Client { return a.client }
 
 // Close ends every subscription made through the adapter's subscribers, all at once, as their
-// Close does: it waits for the receives in flight (at most Config.WaitTime, plus 10 s if the
-// endpoint does not answer), hands what they got to the consumers (given back if not taken
+// Close does: it waits for the receives in flight (at most Config.WaitTime + CallTimeout), hands what they got to the consumers (given back if not taken
 // within HandOffWait), and waits for the verdicts of the messages handed out, each at most
 // until its visibility timeout ends. ScheduleRetry and DeadLetter refuse to work from the
 // moment Close is called (millrace.ErrClosed), so close the router first.

@@ -104,6 +104,15 @@ type Config struct {
 	// WaitTime is the long-polling wait of each receive. Whole seconds, at most 20 s. Default 20 s.
 	// A negative value means 0 (short polling).
 	WaitTime time.Duration
+	// CallTimeout is the longest one HTTP request to SQS may take, a ReceiveMessage WaitTime
+	// longer. Default DefaultCallTimeout (10 s); negative is refused. aws-sdk-go-v2's HTTP
+	// client has no request timeout, so without one a request on a connection that went silent
+	// (a firewall or NAT that dropped its state) would wait for ever. A request that passes it
+	// fails, its connection and the client's idle ones are closed, and the SDK's retryer
+	// retries it on a new connection. It applies to every SQS call the adapter and its
+	// publisher make, whatever HTTP client AWSConfig brings. See "Connection loss" in the
+	// package documentation.
+	CallTimeout time.Duration
 	// Logger receives the adapter's logs. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -126,6 +135,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.WaitTime < 0 {
 		c.WaitTime = 0
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = DefaultCallTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -160,12 +172,24 @@ func (c Config) Validate() error {
 	case c.DeadLetterRetention < MinRetention || c.DeadLetterRetention > MaxRetention || c.DeadLetterRetention%time.Second != 0:
 		return &millrace.ConfigError{Field: field("DeadLetterRetention"), Value: c.DeadLetterRetention.String(),
 			Rule: "must be whole seconds between 1m and 336h (SQS limits)"}
+	case c.CallTimeout < 0:
+		return &millrace.ConfigError{Field: field("CallTimeout"), Value: c.CallTimeout.String(),
+			Rule: "must not be negative (0 means 10s)"}
 	case c.WaitTime > MaxWaitTime || c.WaitTime%time.Second != 0:
 		return &millrace.ConfigError{Field: field("WaitTime"), Value: c.WaitTime.String(),
 			Rule: "must be whole seconds, at most 20s (SQS long-polling limit)"}
 	}
 	return nil
 }
+
+// receiveTimeout bounds a receive: its long poll and CallTimeout. A receive is never cancelled
+// otherwise, not even by Close.
+func (c Config) receiveTimeout() time.Duration { return c.WaitTime + c.CallTimeout }
+
+// ownCallTimeout bounds the calls the subscriber makes on its own, which Close does not cancel:
+// the delete after an ack and the give-back of a message nobody took. Two CallTimeouts leave
+// room for one SDK retry after a request that went unanswered.
+func (c Config) ownCallTimeout() time.Duration { return 2 * c.CallTimeout }
 
 // maxDelay is the longest retry delay the adapter can honour: ChangeMessageVisibility cannot
 // hide a message beyond 12 h from its receive, and the retry is scheduled at most

@@ -37,6 +37,8 @@ func TestConfigValidate(t *testing.T) {
 		{"retention above 14 days", func(c *sqs.Config) { c.DeadLetterRetention = 15 * 24 * time.Hour }, "DeadLetterRetention"},
 		{"wait above 20s", func(c *sqs.Config) { c.WaitTime = 21 * time.Second }, "WaitTime"},
 		{"unknown give-up", func(c *sqs.Config) { c.GiveUp = 7 }, "GiveUp"},
+		{"negative call timeout", func(c *sqs.Config) { c.CallTimeout = -time.Second }, "CallTimeout"},
+		{"short call timeout", func(c *sqs.Config) { c.CallTimeout = 100 * time.Millisecond }, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

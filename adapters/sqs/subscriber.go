@@ -3,6 +3,7 @@ package sqs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -15,12 +16,6 @@ import (
 )
 
 const (
-	// pollSlack is how long a receive may run past Config.WaitTime before it is given up: it
-	// bounds Close when the endpoint does not answer.
-	pollSlack = 10 * time.Second
-	// callTimeout bounds the delete after an ack and the give-back at Close, which Close does
-	// not cancel.
-	callTimeout = 10 * time.Second
 	// receiveRetrySleep is the pause after a failed receive.
 	receiveRetrySleep = time.Second
 	// HandOffWait is how long a subscription that is ending (its Subscribe context done, or
@@ -38,8 +33,7 @@ const (
 //
 // Ending a subscription (Close, or its Subscribe context) never burns an attempt: SQS counts a
 // receive as soon as it hands a message out, cancelled request or not, so the receive in
-// flight is not cancelled but left to finish (at most Config.WaitTime, plus 10 s if the
-// endpoint does not answer), and the message it got is handed to the consumer as an ordinary
+// flight is not cancelled but left to finish (at most Config.WaitTime + CallTimeout), and the message it got is handed to the consumer as an ordinary
 // delivery, whose verdict counts as usual. Only a message the consumer does not take within
 // HandOffWait (1 s) is given back (ChangeMessageVisibility 0); SQS has then counted a receive
 // that no handler saw. Handler contexts are not cancelled when a subscription ends.
@@ -127,10 +121,14 @@ func (s *subscriber) receive(ctx context.Context, topic, url string, out chan<- 
 		MaxNumberOfMessages: 1, // one in flight: the others stay receivable by other consumers
 	}
 	for ctx.Err() == nil {
-		pollCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.WaitTime+pollSlack)
-		res, err := a.client.ReceiveMessage(pollCtx, input)
+		pollCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.receiveTimeout())
+		res, err := a.client.ReceiveMessage(pollCtx, input, longerRequests(a.cfg.receiveTimeout()))
+		timedOut := errors.Is(pollCtx.Err(), context.DeadlineExceeded)
 		cancel()
 		if err != nil {
+			if timedOut {
+				err = fmt.Errorf("no answer within WaitTime + CallTimeout (%s): %w", a.cfg.receiveTimeout(), err)
+			}
 			a.cfg.Logger.ErrorContext(ctx, "millrace sqs: cannot receive messages", "queue", url, "error", err)
 			select {
 			case <-ctx.Done():
@@ -203,14 +201,14 @@ func (s *subscriber) acked(ctx context.Context, d *delivery) {
 // giveBack makes a message the consumer did not take visible again at once. SQS has counted
 // its receive all the same.
 func (s *subscriber) giveBack(ctx context.Context, d *delivery) {
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.a.cfg.ownCallTimeout())
 	defer cancel()
 	if _, err := s.a.client.ChangeMessageVisibility(callCtx, &awssqs.ChangeMessageVisibilityInput{
 		QueueUrl:          aws.String(d.queueURL),
 		ReceiptHandle:     aws.String(d.receipt),
 		VisibilityTimeout: 0,
 	}); err != nil {
-		s.a.cfg.Logger.WarnContext(ctx, "millrace sqs: cannot give back a message received at close; it returns after its visibility timeout",
+		s.a.cfg.Logger.WarnContext(ctx, "millrace sqs: cannot give back a message nobody took; it returns after its visibility timeout",
 			"queue", d.queueURL, "message_id", d.messageID, "error", err)
 	}
 }
@@ -218,7 +216,7 @@ func (s *subscriber) giveBack(ctx context.Context, d *delivery) {
 // remove deletes an acked message. Close does not cancel the delete, so an ack given before
 // Close is not lost; a message already deleted counts as deleted.
 func (s *subscriber) remove(ctx context.Context, d *delivery) {
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.a.cfg.ownCallTimeout())
 	defer cancel()
 	_, err := s.a.client.DeleteMessage(callCtx, &awssqs.DeleteMessageInput{
 		QueueUrl:      aws.String(d.queueURL),
@@ -235,7 +233,7 @@ func (s *subscriber) remove(ctx context.Context, d *delivery) {
 }
 
 // Close ends the subscriptions made through s; a second Close waits as well. It waits for each
-// one's receive in flight (at most Config.WaitTime, plus 10 s if the endpoint does not answer),
+// one's receive in flight (at most Config.WaitTime + CallTimeout),
 // hands the message it got to the consumer as an ordinary delivery (given back if not taken
 // within HandOffWait), and waits for the verdict of every message handed out, at most until the
 // message's visibility timeout ends, and for the delete after an ack. So Close takes at most
