@@ -134,7 +134,7 @@ func pendingRecords(list []string, group, topic string) (int, error) {
 			if b := resp.GetBlock(name, p); b != nil && b.Offset >= 0 {
 				from = b.Offset
 			}
-			n, err := countRecords(list, name, p, from, end)
+			n, err := committedRecords(list, name, p, from, end)
 			if err != nil {
 				return 0, err
 			}

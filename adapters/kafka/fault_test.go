@@ -133,7 +133,7 @@ func TestTransactionFailureCommitsNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, err := countRecords(brokers(t), retry, 0, 0, last)
+		n, err := committedRecords(brokers(t), retry, 0, 0, last)
 		if err != nil {
 			t.Fatal(err)
 		}

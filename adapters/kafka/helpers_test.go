@@ -237,48 +237,16 @@ func lag(t testing.TB, group, topic string) (committed, end map[int32]int64) {
 			t.Fatalf("end offset of %s/%d: %v", topic, p, err)
 		}
 		if c := committed[p]; c >= 0 && c < end[p] {
-			more, err := recordsFrom(brokers(t), topic, p, c, end[p])
+			k, err := committedRecords(brokers(t), topic, p, c, end[p])
 			if err != nil {
 				t.Fatalf("read %s/%d: %v", topic, p, err)
 			}
-			if !more {
+			if k == 0 {
 				end[p] = c // only transaction markers (or aborted records) lie past the commit
 			}
 		}
 	}
 	return committed, end
-}
-
-// recordsFrom reports whether partition p of topic holds a record that a read_committed reader
-// gets at an offset in [from, end). Past the last record of a partition written in
-// transactions lie the transactions' commit markers, which no consumer ever receives: a group
-// that committed everything it can read is "behind" the end offset by those markers (as with
-// every Kafka consumer that commits the next offset after a record). A record below end is
-// fetched at once, so a second without one means there is none.
-func recordsFrom(brokers []string, topic string, p int32, from, end int64) (bool, error) {
-	if from >= end {
-		return false, nil
-	}
-	sc := sarama.NewConfig()
-	sc.Consumer.IsolationLevel = sarama.ReadCommitted
-	c, err := sarama.NewConsumer(brokers, sc)
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = c.Close() }()
-	pc, err := c.ConsumePartition(topic, p, from)
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = pc.Close() }()
-	select {
-	case m := <-pc.Messages():
-		return m.Offset < end, nil
-	case err := <-pc.Errors():
-		return false, err
-	case <-time.After(time.Second):
-		return false, nil
-	}
 }
 
 // waitNoLag waits until the group has committed every record of topic.

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -79,42 +78,6 @@ func (s closingSubscriber) Close() error {
 func (k killTarget) Pending(_ context.Context, _ millrace.Adapter, topic string) (int, error) {
 	cfg := k.config()
 	return pendingRecords(cfg.Brokers, cfg.ConsumerGroup, topic)
-}
-
-// countRecords counts the records a read_committed reader gets in [from, end) of a partition.
-func countRecords(brokers []string, topic string, p int32, from, end int64) (int, error) {
-	if from >= end {
-		return 0, nil
-	}
-	sc := sarama.NewConfig()
-	sc.Consumer.IsolationLevel = sarama.ReadCommitted
-	c, err := sarama.NewConsumer(brokers, sc)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = c.Close() }()
-	pc, err := c.ConsumePartition(topic, p, from)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = pc.Close() }()
-	n := 0
-	for {
-		select {
-		case m := <-pc.Messages():
-			if m.Offset >= end {
-				return n, nil
-			}
-			n++
-			if m.Offset == end-1 {
-				return n, nil
-			}
-		case err := <-pc.Errors():
-			return n, err
-		case <-time.After(time.Second): // the rest are transaction markers
-			return n, nil
-		}
-	}
 }
 
 func (k killTarget) Cleanup(_ context.Context, _ millrace.Adapter, topic string) error {

@@ -311,8 +311,9 @@ func TestHandlerRunningAtCloseFinishes(t *testing.T) {
 				t.Fatalf("source topic: committed %v, end %v; want the record committed", committed, end)
 			}
 			retry := kafka.RetryTopics(topic, []time.Duration{time.Second})[0]
-			if _, rend := lag(t, group, retry); rend[0] < 1 {
-				t.Fatalf("no retry record on %s (end offsets %v)", retry, rend)
+			_, rend := lag(t, group, retry)
+			if n, err := committedRecords(brokers(t), retry, 0, 0, rend[0]); err != nil || n != 1 {
+				t.Fatalf("%d retry records on %s a read_committed reader gets (%v), want 1", n, retry, err)
 			}
 		})
 	}
