@@ -1,22 +1,16 @@
 package kafka_test
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/IBM/sarama"
+
+	"github.com/millrace/millrace/internal/kafkarecords"
 )
 
-// committedRecords counts the records a read_committed consumer gets in [from, end) of a
-// partition, from raw fetches: data batches count, unless an aborted transaction wrote them;
-// control batches (the commit and abort markers that end every transaction) do not. A
-// consumer never receives a marker, so a consumer-based count can only guess that the offsets
-// left after its last record are markers from a quiet spell, which a slow fetch on a loaded
-// machine turns into a false "nothing pending"; this count does not guess.
+// committedRecords counts what a read_committed reader gets in [from, end) of a partition
+// (kafkarecords.Count) over a client of its own.
 func committedRecords(brokers []string, topic string, p int32, from, end int64) (int, error) {
-	if from >= end {
-		return 0, nil
-	}
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V2_8_0_0
 	client, err := sarama.NewClient(brokers, sc)
@@ -24,62 +18,7 @@ func committedRecords(brokers []string, topic string, p int32, from, end int64) 
 		return 0, err
 	}
 	defer func() { _ = client.Close() }()
-	leader, err := client.Leader(topic, p)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	aborted := map[int64]bool{} // producer ids inside an aborted transaction at the current offset
-	for offset := from; offset < end; {
-		// read_committed: batches up to the last stable offset, with the aborted transactions
-		// among them listed.
-		req := &sarama.FetchRequest{Version: 11, MaxWaitTime: 0, MinBytes: 0, MaxBytes: 8 << 20, Isolation: sarama.ReadCommitted}
-		req.AddBlock(topic, p, offset, 8<<20, -1)
-		resp, err := leader.Fetch(req)
-		if err != nil {
-			return 0, err
-		}
-		block := resp.GetBlock(topic, p)
-		if block == nil || block.Err != sarama.ErrNoError {
-			return 0, fmt.Errorf("fetch %s/%d@%d: %v", topic, p, offset, block)
-		}
-		abortedAt := map[int64]int64{} // producer id -> first offset of its aborted transaction
-		for _, a := range block.AbortedTransactions {
-			abortedAt[a.ProducerID] = a.FirstOffset
-		}
-		advanced := false
-		for _, rs := range block.RecordsSet {
-			b := rs.RecordBatch
-			if b == nil {
-				continue
-			}
-			last := b.FirstOffset + int64(b.LastOffsetDelta)
-			if last < offset {
-				continue
-			}
-			if first, ok := abortedAt[b.ProducerID]; ok && b.IsTransactional && first <= last {
-				aborted[b.ProducerID] = true
-			}
-			switch {
-			case b.Control:
-				delete(aborted, b.ProducerID) // the marker ends the producer's transaction
-			case b.IsTransactional && aborted[b.ProducerID]:
-			default:
-				for _, r := range b.Records {
-					if o := b.FirstOffset + r.OffsetDelta; o >= offset && o < end {
-						n++
-					}
-				}
-			}
-			offset, advanced = last+1, true
-		}
-		if !advanced {
-			// Nothing stable past offset: a transaction is still open there, which is not
-			// settled either.
-			return n + 1, nil
-		}
-	}
-	return n, nil
+	return kafkarecords.Count(client, topic, p, from, end)
 }
 
 // committedRecords counts what a read_committed consumer gets: a plain record, a committed

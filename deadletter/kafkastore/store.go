@@ -44,6 +44,7 @@ import (
 	"github.com/millrace/millrace/adapters/kafka"
 	"github.com/millrace/millrace/deadletter"
 	"github.com/millrace/millrace/deadletter/internal/snapshot"
+	"github.com/millrace/millrace/internal/kafkarecords"
 )
 
 // DefaultMarkerSuffix names the marker topic of a dead-letter topic.
@@ -57,17 +58,18 @@ type Config struct {
 	// MarkerSuffix is appended to the dead-letter topic to name the marker topic. Default
 	// DefaultMarkerSuffix.
 	MarkerSuffix string
-	// ReadTimeout bounds the wait for the next record while a partition is read up to its end.
-	// The adapter writes dead letters in transactions, so a partition ends with commit markers
-	// that are never delivered: each read of a partition ends with this wait once its last
-	// record was read. A record below the end offset comes in one fetch round trip. Default 2 s.
+	// ReadTimeout bounds the wait for a record the broker holds below a partition's end
+	// offset; a read that waits longer fails, naming the partition. (The adapter writes dead
+	// letters in transactions, so a partition ends with commit markers that no consumer
+	// receives: a read that goes quiet asks the broker whether any record is left, and ends at
+	// once when none is.) Default 10 s.
 	ReadTimeout time.Duration
 }
 
 // Validate checks the configuration; errors are *millrace.ConfigError.
 func (c Config) Validate() error {
 	if c.ReadTimeout < 0 {
-		return &millrace.ConfigError{Field: "kafkastore.Config.ReadTimeout", Value: c.ReadTimeout.String(), Rule: "must not be negative (0 means 2s)"}
+		return &millrace.ConfigError{Field: "kafkastore.Config.ReadTimeout", Value: c.ReadTimeout.String(), Rule: "must not be negative (0 means 10s)"}
 	}
 	if strings.ContainsAny(c.MarkerSuffix, " /\\") {
 		return &millrace.ConfigError{Field: "kafkastore.Config.MarkerSuffix", Value: c.MarkerSuffix, Rule: "must hold only topic name characters"}
@@ -80,7 +82,7 @@ func (c *Config) setDefaults() {
 		c.MarkerSuffix = DefaultMarkerSuffix
 	}
 	if c.ReadTimeout == 0 {
-		c.ReadTimeout = 2 * time.Second
+		c.ReadTimeout = 10 * time.Second
 	}
 }
 
@@ -460,8 +462,10 @@ func (s *Store) readPartition(ctx context.Context, topic string, p int32, start,
 	}
 	// Close, not AsyncClose: the next refresh may consume the same partition again at once.
 	defer func() { _ = pc.Close() }()
-	idle := time.NewTimer(s.cfg.ReadTimeout)
-	defer idle.Stop()
+	next := start // the offset after the last record read
+	quiet := time.NewTicker(quietCheck)
+	defer quiet.Stop()
+	lastRecord := time.Now()
 	for {
 		select {
 		case m, ok := <-pc.Messages():
@@ -475,17 +479,31 @@ func (s *Store) readPartition(ctx context.Context, topic string, p int32, start,
 			if m.Offset == end-1 {
 				return nil
 			}
-			idle.Reset(s.cfg.ReadTimeout)
+			next, lastRecord = m.Offset+1, time.Now()
 		case cerr := <-pc.Errors():
 			return fmt.Errorf("kafkastore: read %s/%d: %w", topic, p, cerr)
-		case <-idle.C:
-			// The offsets left are not records (transaction markers, compacted away).
-			return nil
+		case <-quiet.C:
+			// The offsets left may be no records at all (transaction markers, aborted or
+			// compacted records): ask the broker rather than wait.
+			n, err := kafkarecords.Count(s.client, topic, p, next, end)
+			if err != nil {
+				return fmt.Errorf("kafkastore: read %s/%d: %w", topic, p, err)
+			}
+			if n == 0 {
+				return nil
+			}
+			if time.Since(lastRecord) > s.cfg.ReadTimeout {
+				return fmt.Errorf("kafkastore: read %s/%d: %d records between offsets %d and %d not delivered within %s", topic, p, n, next, end, s.cfg.ReadTimeout)
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
 }
+
+// quietCheck is how long a partition read waits for the next record before it asks the
+// broker whether any is left below the end offset.
+const quietCheck = 250 * time.Millisecond
 
 // decode turns a dead-letter record into an Entry. A record that carries no valid record
 // (written by something else) is still returned, with an empty Reason and the decode error as
