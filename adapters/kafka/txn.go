@@ -92,6 +92,9 @@ func newTxnCommitter(p *pipeline, sc *sarama.Config) (*txnCommitter, error) {
 	tc.Producer.Return.Successes = true
 	tc.Producer.Return.Errors = true
 	tc.Net.MaxOpenRequests = 1
+	// One client per claimed partition: each asks for the metadata of the topics it writes
+	// only, not of the whole cluster (on connect and every Metadata.RefreshFrequency).
+	tc.Metadata.Full = false
 	if tc.Producer.Retry.Max < 1 {
 		tc.Producer.Retry.Max = 1
 	}
