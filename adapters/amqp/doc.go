@@ -159,11 +159,11 @@
 // proven by the kill battery (conformance/killbattery, TestKillBattery: 20 kills on a mixed
 // workload). No message is lost and none stays pending: RabbitMQ returns every unacknowledged
 // delivery when the connection drops (the classic-queue retry loss above comes from a missing
-// retry queue, not from a crash). A kill repeats at most one handler call per subscription:
+// retry queue, not from a crash). A kill repeats at most two handler calls per subscription:
 // a subscription hands the router one delivery at a time and sends its ack or reject before it
-// takes the next, so only the delivery in flight can have been handled and not settled (on a
-// healthy connection: an ack still in the kernel's send buffer when the process died would be
-// lost too). Every delivery the process held, prefetched ones included (Config.Prefetch), comes
+// takes the next, so only the delivery in flight and the one settled just before it (its ack
+// not yet on the wire when the process died: measured once in CI, on a quorum queue) can have
+// been handled and not settled. Every delivery the process held, prefetched ones included (Config.Prefetch), comes
 // back flagged redelivered and costs an attempt (quorum: each return; classic: once per trip
 // through the work queue, see Attempt), so a message that kills interrupt often enough can be
 // dead-lettered as exhausted although its handler never failed. Since a classic queue counts

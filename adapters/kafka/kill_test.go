@@ -122,6 +122,7 @@ func (k killTarget) Bound() killbattery.Bound {
 		ExtraDeadLettersPerKill: extra,
 		CrashCostsAttempt:       false,
 		AttemptsIncrease:        false,
+		ForksChains:             k.atLeastOnce,
 	}
 }
 

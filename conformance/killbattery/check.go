@@ -165,8 +165,14 @@ func (r *report) checkCalls(o observation, b Bound, w work, calls []call) {
 	extra := max(len(calls)-w.expectedCalls(o.maxAttempts), 0)
 	r.duplicates += extra
 	// A kill repeats at most the one call of a message its process had under way, so each call
-	// beyond the no-crash count needs a killed process of its own that had called the message.
-	if extra > len(killers) {
+	// beyond the no-crash count needs a killed process of its own that had called the message;
+	// where a kill may fork the message's retry chain, the fork's calls (up to a whole chain
+	// per kill) are made by the processes that come after.
+	allowed := len(killers)
+	if b.ForksChains {
+		allowed = len(killers) * o.maxAttempts
+	}
+	if extra > allowed {
 		r.violate("message %s (%s): %d handler calls, %d beyond the no-crash count, but only %d killed processes had called it: %s",
 			w.uuid, w.kind, len(calls), extra, len(killers), describe(calls))
 	}

@@ -76,4 +76,9 @@ type Bound struct {
 	// handler calls have strictly increasing attempt numbers and no message gets more than
 	// MaxAttempts calls.
 	AttemptsIncrease bool
+	// ForksChains reports that a kill may leave a message two retry chains (a retry written
+	// whose source was not yet acknowledged, handled again by the next process: Kafka in
+	// AtLeastOnce mode), so the repeats a kill explains are a whole chain's calls, made by
+	// later processes, not one call.
+	ForksChains bool
 }
