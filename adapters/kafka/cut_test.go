@@ -74,7 +74,7 @@ func kafkaCutBound(inFlight int) cutbattery.Bound {
 	return cutbattery.Bound{
 		// A black-holed request fails after the read timeout; sarama reconnects and the group
 		// rejoins, and the backlog built up meanwhile is handled before the probe (measured:
-		// at most 5.1 s in 4 runs with a 5 s read timeout).
+		// at most 5.2 s in 6 runs with a 5 s read timeout).
 		Resume:             cutReadTimeout + 10*time.Second,
 		Settle:             cutReadTimeout + 10*time.Second,
 		DuplicatesPerCut:   2 * 17 * inFlight,
