@@ -36,7 +36,9 @@ const (
 // flight is not cancelled but left to finish (at most Config.WaitTime + CallTimeout), and the message it got is handed to the consumer as an ordinary
 // delivery, whose verdict counts as usual. Only a message the consumer does not take within
 // HandOffWait (1 s) is given back (ChangeMessageVisibility 0); SQS has then counted a receive
-// that no handler saw. Handler contexts are not cancelled when a subscription ends.
+// that no handler saw. A subscription ending does not cancel the handler contexts; a context
+// ends with its delivery: after the verdict, or when the message's visibility timeout runs out
+// while the subscription waits for that verdict at Close.
 func (a *Adapter) Subscriber() message.Subscriber {
 	s := &subscriber{a: a, closing: make(chan struct{})}
 	a.mu.Lock()
@@ -237,7 +239,10 @@ func (s *subscriber) remove(ctx context.Context, d *delivery) {
 // hands the message it got to the consumer as an ordinary delivery (given back if not taken
 // within HandOffWait), and waits for the verdict of every message handed out, at most until the
 // message's visibility timeout ends, and for the delete after an ack. So Close takes at most
-// WaitTime plus the handling of one message per subscription.
+// WaitTime + CallTimeout (the receive), HandOffWait, and then the handling of one message per
+// subscription, up to Config.VisibilityTimeout, plus 2*CallTimeout for its delete. The queue's
+// own visibility timeout must be Config.VisibilityTimeout (it is when the adapter created the
+// queue) for that wait to end when SQS would redeliver.
 func (s *subscriber) Close() error {
 	s.mu.Lock()
 	if !s.closed {

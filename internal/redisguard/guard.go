@@ -43,6 +43,15 @@ var errSilentPath = fmt.Errorf("redis connection dropped: another connection to 
 // write with errSilentPath. Connections that answer after the timeout are kept, and so are read
 // timeouts with no request outstanding (a PubSub connection waiting for messages). A command
 // that is merely slow costs the idle connections a reconnect, nothing more.
+//
+// Known limits (review, not yet fixed): a *redis.ClusterClient or *redis.Ring dials through
+// its node clients, which do not inherit the hook, so there the guard does nothing; over TLS
+// go-redis's pool check cannot see a closed connection, so a condemned idle one still costs a
+// command one of its retries (errSilentPath) instead of being discarded unused; and a
+// connection that is reading without a request of its own outstanding (a PubSub connection of
+// the same client, or one part-way through a large reply) is condemned like an idle one, so a
+// PubSub subscriber on a shared client reconnects after another command's timeout and misses
+// what was published meanwhile.
 type connGuard struct {
 	mu    sync.Mutex
 	paths map[string]*path
