@@ -65,7 +65,8 @@ type Bound struct {
 	// ExtraDeadLettersPerKill is how many dead letters beyond one per message one kill may
 	// cause: a dead letter was written but the kill lost the ack of its original, which is
 	// delivered and dead-lettered again. 0 where the dead letter and the ack are one atomic step
-	// (Redis: one Lua script) or one transaction.
+	// (Redis: one Lua script) or one transaction. The battery holds the run's extra dead
+	// letters to this times the kills, in total (it cannot tell which kill caused which).
 	ExtraDeadLettersPerKill int
 	// CrashCostsAttempt reports that a delivery interrupted by a kill counts as an attempt, so a
 	// message interrupted often enough is dead-lettered as exhausted whatever its handler
