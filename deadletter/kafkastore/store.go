@@ -463,7 +463,9 @@ func (s *Store) readPartition(ctx context.Context, topic string, p int32, start,
 	// Close, not AsyncClose: the next refresh may consume the same partition again at once.
 	defer func() { _ = pc.Close() }()
 	next := start // the offset after the last record read
-	quiet := time.NewTicker(quietCheck)
+	// quiet fires once no record came for quietCheck: only then is the broker asked what is
+	// left (a count fetches the whole rest of the partition), not while records flow.
+	quiet := time.NewTimer(quietCheck)
 	defer quiet.Stop()
 	lastRecord := time.Now()
 	for {
@@ -480,6 +482,7 @@ func (s *Store) readPartition(ctx context.Context, topic string, p int32, start,
 				return nil
 			}
 			next, lastRecord = m.Offset+1, time.Now()
+			quiet.Reset(quietCheck)
 		case cerr := <-pc.Errors():
 			return fmt.Errorf("kafkastore: read %s/%d: %w", topic, p, cerr)
 		case <-quiet.C:
@@ -495,6 +498,7 @@ func (s *Store) readPartition(ctx context.Context, topic string, p int32, start,
 			if time.Since(lastRecord) > s.cfg.ReadTimeout {
 				return fmt.Errorf("kafkastore: read %s/%d: %d records between offsets %d and %d not delivered within %s", topic, p, n, next, end, s.cfg.ReadTimeout)
 			}
+			quiet.Reset(quietCheck)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -502,7 +506,7 @@ func (s *Store) readPartition(ctx context.Context, topic string, p int32, start,
 }
 
 // quietCheck is how long a partition read waits for the next record before it asks the
-// broker whether any is left below the end offset.
+// broker whether any is left below the end offset (and again after each such wait).
 const quietCheck = 250 * time.Millisecond
 
 // decode turns a dead-letter record into an Entry. A record that carries no valid record
