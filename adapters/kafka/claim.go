@@ -143,16 +143,13 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 // ended first.
 func (h *groupHandler) startTxn(sess sarama.ConsumerGroupSession, p *pipeline) *txnCommitter {
 	s := h.sub
-	for warned := false; ; {
+	var warn warnEvery
+	for {
 		t, err := newTxnCommitter(p, s.a.txnConfigFor(s.topic))
 		if err == nil {
 			return t
 		}
-		level := slog.LevelDebug
-		if !warned {
-			level, warned = slog.LevelWarn, true
-		}
-		s.logger.Log(s.ctx, level, "kafka: cannot start the partition's transactional producer; retrying (no record of it is handled meanwhile)",
+		s.logger.Log(s.ctx, warn.level(), "kafka: cannot start the partition's transactional producer; retrying (no record of it is handled meanwhile)",
 			slog.String("topic", p.topic), slog.Int("partition", int(p.partition)), slog.String("error", err.Error()))
 		select {
 		case <-time.After(s.a.cfg.ReconnectDelay):

@@ -123,7 +123,7 @@ type subscription struct {
 
 // run joins the group again after every session (rebalance, error) until the context ends.
 func (s *subscription) run() {
-	warned := false
+	var warn warnEvery
 	for s.ctx.Err() == nil {
 		tiers := s.a.retryTopics(s.client, s.topic)
 		topics := []string{s.topic}
@@ -138,11 +138,7 @@ func (s *subscription) run() {
 		if err == nil {
 			continue // the session ended for a rebalance: join the next generation
 		}
-		level := slog.LevelDebug
-		if !warned {
-			level, warned = slog.LevelWarn, true
-		}
-		s.logger.Log(s.ctx, level, "kafka: consumer group session failed; retrying",
+		s.logger.Log(s.ctx, warn.level(), "kafka: consumer group session failed; retrying",
 			slog.Any("topics", topics), slog.String("error", err.Error()), slog.Duration("retry_in", s.a.cfg.ReconnectDelay))
 		select {
 		case <-s.ctx.Done():
@@ -159,4 +155,17 @@ func (s *subscription) logErrors() {
 			s.logger.Warn("kafka: consumer error", slog.String("error", err.Error()))
 		}
 	}
+}
+
+// warnEvery is the level of a message logged on every try of something that keeps failing:
+// Warn for the first, and again once stuckWarnEvery has passed, Debug in between, so that a
+// failure that lasts is seen in the logs without one line per try.
+type warnEvery struct{ last time.Time }
+
+func (w *warnEvery) level() slog.Level {
+	if !w.last.IsZero() && time.Since(w.last) < stuckWarnEvery {
+		return slog.LevelDebug
+	}
+	w.last = time.Now()
+	return slog.LevelWarn
 }
