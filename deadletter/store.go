@@ -115,6 +115,9 @@ var (
 	ErrInvalidFilter = errors.New("deadletter: invalid filter")
 	// ErrInvalidID is wrapped when an ID is not one the store could have assigned.
 	ErrInvalidID = errors.New("deadletter: invalid entry id")
+	// ErrDestinationNotFound is wrapped when a broker's dead-letter destination (stream, queue,
+	// topic) does not exist, on every broker alike.
+	ErrDestinationNotFound = errors.New("deadletter: dead-letter destination does not exist")
 )
 
 // FilterError names the filter field that breaks a rule. It wraps ErrInvalidFilter.

@@ -1,0 +1,71 @@
+package brokerurl
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/deadletter"
+)
+
+// Driver opens the brokers of one adapter package from their URLs. Each adapter package
+// registers one with the default Mux in its init function.
+type Driver interface {
+	// Schemes lists the lower-case URL schemes the driver opens, e.g. "kafka".
+	Schemes() []string
+	// Open connects to the broker u names and checks that it answers. It fails with an error
+	// wrapping ErrUnknownParameter, naming them, on query parameters it does not know.
+	Open(ctx context.Context, u *url.URL, opts Options) (Broker, error)
+	// OpenAdapter opens only the adapter u names: what a consumer or publisher needs, with no
+	// connection for operations. Closing the adapter releases everything it opened.
+	OpenAdapter(ctx context.Context, u *url.URL, opts Options) (millrace.Adapter, error)
+}
+
+// Options are the settings of an opened broker that a URL does not carry.
+type Options struct {
+	// Logger receives the adapter's logs. Default: a logger that discards everything. The
+	// broker client's own logging is silenced whatever Logger is: errors reach the caller as
+	// errors, not as log lines.
+	Logger *slog.Logger
+	// NoConsume opens the broker to publish and to read dead letters only, as the CLI does: a
+	// URL without a consumer group (Redis Streams, Kafka) is then accepted. Default false:
+	// a driver whose adapter consumes in a group refuses a URL without one.
+	NoConsume bool
+}
+
+// Broker is one opened broker connection: the adapter, and what operating its dead letters
+// needs beyond the adapter.
+type Broker interface {
+	// Adapter is the millrace adapter on this connection. Closing the Broker closes it.
+	Adapter() millrace.Adapter
+	// TopicExists reports whether topic exists and can receive a publish that a consumer will
+	// read (a Redis stream, a RabbitMQ work queue, a Kafka topic, an SQS queue).
+	TopicExists(ctx context.Context, topic string) (bool, error)
+	// DeadLetters returns the dead-letter destination named dlq as a store. When the
+	// destination does not exist the error wraps deadletter.ErrDestinationNotFound.
+	DeadLetters(ctx context.Context, dlq string) (deadletter.Store, error)
+	// DeadLetterDestinations lists the dead-letter destinations the broker holds, sorted by
+	// name.
+	DeadLetterDestinations(ctx context.Context) ([]Destination, error)
+	// PrepareReplay adjusts a message about to be re-published from rec for this broker (for
+	// RabbitMQ, the original routing key); most brokers need nothing.
+	PrepareReplay(rec deadletter.Record, msg *message.Message)
+	// Close releases the connection and the adapter.
+	Close() error
+}
+
+// Destination is one dead-letter destination a broker holds.
+type Destination struct {
+	// Name is the destination's name, as DeadLetters takes it.
+	Name string
+	// Topic is the work topic whose dead letters it holds, as the adapter names them ("" when
+	// the name does not follow the adapter's naming).
+	Topic string
+	// Depth is how many dead letters it holds, as the broker counts them.
+	Depth int64
+	// Approximate is true when the broker's count is an estimate (SQS).
+	Approximate bool
+}
