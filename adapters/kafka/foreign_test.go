@@ -14,7 +14,6 @@ import (
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/kafka"
 	"github.com/millrace/millrace/deadletter"
-	"github.com/millrace/millrace/deadletter/kafkastore"
 )
 
 // foreignProduce writes one record with a raw sarama producer, as a producer that is not
@@ -169,7 +168,7 @@ func TestForeignRecordOnSourceTopic(t *testing.T) {
 	}
 
 	// The dead-letter store gives the original headers back exactly.
-	store, err := kafkastore.Open(brokers(t), a.DeadLetterTopic(topic), kafkastore.Config{}, nil)
+	store, err := kafka.OpenDeadLetterStore(brokers(t), a.DeadLetterTopic(topic), kafka.StoreConfig{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

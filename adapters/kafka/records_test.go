@@ -5,7 +5,7 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/millrace/millrace/internal/kafkarecords"
+	"github.com/millrace/millrace/adapters/kafka/internal/kafkarecords"
 )
 
 // committedRecords counts what a read_committed reader gets in [from, end) of a partition

@@ -14,7 +14,6 @@ import (
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/redisstream/wire"
 	"github.com/millrace/millrace/deadletter"
-	"github.com/millrace/millrace/deadletter/redisstore"
 )
 
 // rawEntries reads stream with its fields in stream order, repeated names included.
@@ -91,7 +90,7 @@ func TestClaimedHugeMetadataIsDeadLettered(t *testing.T) {
 	if got := dead[0].Fields[:len(hostile)]; !slices.Equal(got, hostile) {
 		t.Fatalf("dead letter starts with %q, want the original fields %q", got, hostile)
 	}
-	s, _ := redisstore.New(c, dlq)
+	s, _ := NewDeadLetterStore(c, dlq)
 	e, err := s.Get(context.Background(), dead[0].ID)
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +146,7 @@ func TestForeignEntriesAreDeadLetteredWithEveryFieldInOrder(t *testing.T) {
 	if len(dead) != len(entries) || calls.Load() != 0 {
 		t.Fatalf("%d dead letters and %d handler calls, want %d and 0", len(dead), calls.Load(), len(entries))
 	}
-	s, _ := redisstore.New(c, dlq)
+	s, _ := NewDeadLetterStore(c, dlq)
 	for _, d := range dead {
 		e, err := s.Get(context.Background(), d.ID)
 		if err != nil {

@@ -16,7 +16,6 @@ import (
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/amqp"
 	"github.com/millrace/millrace/deadletter"
-	"github.com/millrace/millrace/deadletter/amqpstore"
 )
 
 // amqpBroker is RabbitMQ through adapters/amqp with its default topology: a topic's exchange
@@ -64,7 +63,7 @@ func (b *amqpBroker) DeadLetterTopic(topic string) string { return b.a.DeadLette
 // DeadLetters reads the DLQ through package amqpstore: the command takes the whole queue
 // unacknowledged, acks what it deletes and requeues the rest when it ends.
 func (b *amqpBroker) DeadLetters(_ context.Context, dlq string) (deadletter.Store, error) {
-	return amqpstore.New(b.conn, dlq, amqpstore.Config{Marshaler: b.a.Marshaler()})
+	return amqp.NewDeadLetterStore(b.conn, dlq, amqp.StoreConfig{Marshaler: b.a.Marshaler()})
 }
 
 // prepareReplay restores the original routing key: the dead letter may have come back through

@@ -12,7 +12,6 @@ import (
 
 	"github.com/millrace/millrace/adapters/kafka"
 	"github.com/millrace/millrace/deadletter"
-	"github.com/millrace/millrace/deadletter/kafkastore"
 )
 
 // kafkaBroker is Kafka through adapters/kafka: replays are acknowledged (acks=all) publishes
@@ -32,7 +31,7 @@ type kafkaBroker struct {
 // examples/kafka-to-sqs.
 func openKafka(_ context.Context, u *url.URL) (Broker, error) {
 	brokers := strings.Split(u.Host, ",")
-	client, err := sarama.NewClient(brokers, kafkastore.SaramaConfig(nil))
+	client, err := sarama.NewClient(brokers, kafka.StoreSaramaConfig(nil))
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
@@ -116,13 +115,13 @@ func (b *kafkaBroker) nativeProducer() (sarama.SyncProducer, error) {
 // TopicExists reports whether topic is in the cluster metadata: the adapter never creates a
 // topic on publish, and a publish to a missing topic would fail after Sarama's retries.
 func (b *kafkaBroker) TopicExists(_ context.Context, topic string) (bool, error) {
-	return kafkastore.TopicExists(b.client, topic)
+	return kafka.TopicExists(b.client, topic)
 }
 
 func (b *kafkaBroker) DeadLetterTopic(topic string) string { return b.a.DeadLetterTopic(topic) }
 
 func (b *kafkaBroker) DeadLetters(_ context.Context, dlq string) (deadletter.Store, error) {
-	return kafkastore.New(b.client, dlq, kafkastore.Config{})
+	return kafka.NewDeadLetterStore(b.client, dlq, kafka.StoreConfig{})
 }
 
 func (b *kafkaBroker) Close() error {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/millrace/millrace/adapters/redisstream"
 	"github.com/millrace/millrace/deadletter"
-	"github.com/millrace/millrace/deadletter/redisstore"
 )
 
 // redisBroker is Redis Streams through adapters/redisstream: replays are XADDs in the
@@ -54,7 +53,7 @@ func (b *redisBroker) TopicExists(ctx context.Context, topic string) (bool, erro
 func (b *redisBroker) DeadLetterTopic(topic string) string { return b.a.DeadLetterTopic(topic) }
 
 func (b *redisBroker) DeadLetters(_ context.Context, dlq string) (deadletter.Store, error) {
-	return redisstore.New(b.a.Client(), dlq)
+	return redisstream.NewDeadLetterStore(b.a.Client(), dlq)
 }
 
 func (b *redisBroker) Close() error { return b.a.Close() }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/millrace/millrace/adapters/sqs"
 	"github.com/millrace/millrace/deadletter"
-	"github.com/millrace/millrace/deadletter/sqsstore"
 )
 
 // sqsBroker is SQS through adapters/sqs: replays are SendMessage calls in the adapter's format
@@ -102,7 +101,7 @@ func (b *sqsBroker) PublishNative(ctx context.Context, topic string, rec deadlet
 		}
 		attrs[f.Name] = v
 	}
-	url, ok, err := sqsstore.QueueURL(ctx, b.a.Client(), b.a.QueueName(topic))
+	url, ok, err := sqs.QueueURL(ctx, b.a.Client(), b.a.QueueName(topic))
 	if err != nil {
 		return err
 	}
@@ -117,14 +116,14 @@ func (b *sqsBroker) PublishNative(ctx context.Context, topic string, rec deadlet
 
 // TopicExists reports whether the topic's queue exists (GetQueueUrl).
 func (b *sqsBroker) TopicExists(ctx context.Context, topic string) (bool, error) {
-	_, ok, err := sqsstore.QueueURL(ctx, b.a.Client(), b.a.QueueName(topic))
+	_, ok, err := sqs.QueueURL(ctx, b.a.Client(), b.a.QueueName(topic))
 	return ok, err
 }
 
 func (b *sqsBroker) DeadLetterTopic(topic string) string { return b.a.DeadLetterTopic(topic) }
 
 func (b *sqsBroker) DeadLetters(ctx context.Context, dlq string) (deadletter.Store, error) {
-	return sqsstore.New(ctx, b.a, dlq, sqsstore.Config{})
+	return sqs.NewDeadLetterStore(ctx, b.a, dlq, sqs.StoreConfig{})
 }
 
 func (b *sqsBroker) Close() error { return b.a.Close() }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/kafka"
-	"github.com/millrace/millrace/deadletter/kafkastore"
 	"github.com/millrace/millrace/internal/testenv"
 )
 
@@ -49,8 +48,8 @@ func TestEndToEndKafkaDeadLetterTopic(t *testing.T) {
 	dlq := a.DeadLetterTopic(topic)
 	t.Cleanup(func() {
 		_ = a.Close()
-		if admin, err := sarama.NewClusterAdmin(strings.Split(brokers, ","), kafkastore.SaramaConfig(nil)); err == nil {
-			for _, tp := range append(kafka.RetryTopics(topic, []time.Duration{100 * time.Millisecond}), topic, dlq, dlq+kafkastore.DefaultMarkerSuffix) {
+		if admin, err := sarama.NewClusterAdmin(strings.Split(brokers, ","), kafka.StoreSaramaConfig(nil)); err == nil {
+			for _, tp := range append(kafka.RetryTopics(topic, []time.Duration{100 * time.Millisecond}), topic, dlq, dlq+kafka.DefaultMarkerSuffix) {
 				_ = admin.DeleteTopic(tp)
 			}
 			_ = admin.Close()
@@ -68,7 +67,7 @@ func TestEndToEndKafkaDeadLetterTopic(t *testing.T) {
 // offset order, headers as Kafka holds them.
 func readTopicRaw(t *testing.T, brokers, topic string, n int) []*sarama.ConsumerMessage {
 	t.Helper()
-	c, err := sarama.NewConsumer(strings.Split(brokers, ","), kafkastore.SaramaConfig(nil))
+	c, err := sarama.NewConsumer(strings.Split(brokers, ","), kafka.StoreSaramaConfig(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,8 +120,8 @@ func TestEndToEndKafkaNativeReplay(t *testing.T) {
 	dlq := a.DeadLetterTopic(topic)
 	t.Cleanup(func() {
 		_ = a.Close()
-		if admin, err := sarama.NewClusterAdmin(strings.Split(brokers, ","), kafkastore.SaramaConfig(nil)); err == nil {
-			for _, tp := range append(kafka.RetryTopics(topic, []time.Duration{100 * time.Millisecond}), topic, dlq, dlq+kafkastore.DefaultMarkerSuffix) {
+		if admin, err := sarama.NewClusterAdmin(strings.Split(brokers, ","), kafka.StoreSaramaConfig(nil)); err == nil {
+			for _, tp := range append(kafka.RetryTopics(topic, []time.Duration{100 * time.Millisecond}), topic, dlq, dlq+kafka.DefaultMarkerSuffix) {
 				_ = admin.DeleteTopic(tp)
 			}
 			_ = admin.Close()
@@ -138,7 +137,7 @@ func TestEndToEndKafkaNativeReplay(t *testing.T) {
 		{Key: []byte("empty"), Value: []byte{}},
 		{Key: []byte("trace"), Value: []byte("c")},
 	}
-	sc := kafkastore.SaramaConfig(nil)
+	sc := kafka.StoreSaramaConfig(nil)
 	p, err := sarama.NewSyncProducer(strings.Split(brokers, ","), sc)
 	if err != nil {
 		t.Fatal(err)

@@ -21,7 +21,6 @@ import (
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/redisstream"
 	"github.com/millrace/millrace/adapters/redisstream/wire"
-	"github.com/millrace/millrace/deadletter/redisstore"
 	"github.com/millrace/millrace/deadletter/sink"
 	"github.com/millrace/millrace/internal/testenv"
 	"github.com/millrace/millrace/router"
@@ -143,7 +142,7 @@ func TestEndToEndRedisDeadLetterStream(t *testing.T) {
 	}
 
 	// A replay target that does not exist on Redis is refused before anything changes.
-	ds, _ := redisstore.New(f.c, dlq)
+	ds, _ := redisstream.NewDeadLetterStore(f.c, dlq)
 	put(t, ds, sample(1, f.stream))
 	r := c.run("", "dlq", "replay", "--store", redisURL(), "--topic", f.stream, "--reset-history", "--to-topic", f.stream+".missing")
 	if r.code != 1 || !strings.Contains(r.stderr, "does not exist") || f.c.XLen(context.Background(), dlq).Val() != 1 {

@@ -20,7 +20,6 @@ import (
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/sqs"
-	"github.com/millrace/millrace/deadletter/sqsstore"
 	"github.com/millrace/millrace/internal/testenv"
 )
 
@@ -51,7 +50,7 @@ func TestEndToEndSQSDeadLetterQueue(t *testing.T) {
 	t.Cleanup(func() {
 		_ = a.Close()
 		for _, q := range []string{a.QueueName(topic), a.QueueName(dlq)} {
-			if url, ok, _ := sqsstore.QueueURL(context.Background(), a.Client(), q); ok {
+			if url, ok, _ := sqs.QueueURL(context.Background(), a.Client(), q); ok {
 				_, _ = a.Client().DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: aws.String(url)})
 			}
 		}
@@ -68,7 +67,7 @@ func TestEndToEndSQSDeadLetterQueue(t *testing.T) {
 // sqsDepth returns the messages of queue, visible or in flight.
 func sqsDepth(t *testing.T, a *sqs.Adapter, queue string) int {
 	t.Helper()
-	url, ok, err := sqsstore.QueueURL(context.Background(), a.Client(), queue)
+	url, ok, err := sqs.QueueURL(context.Background(), a.Client(), queue)
 	if err != nil || !ok {
 		t.Fatalf("queue %s: %v (exists %v)", queue, err, ok)
 	}
@@ -116,7 +115,7 @@ func TestEndToEndSQSNativeReplay(t *testing.T) {
 	t.Cleanup(func() {
 		_ = a.Close()
 		for _, q := range []string{a.QueueName(topic), a.QueueName(dlq), a.QueueName(target)} {
-			if url, ok, _ := sqsstore.QueueURL(context.Background(), a.Client(), q); ok {
+			if url, ok, _ := sqs.QueueURL(context.Background(), a.Client(), q); ok {
 				_, _ = a.Client().DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: aws.String(url)})
 			}
 		}
@@ -134,7 +133,7 @@ func TestEndToEndSQSNativeReplay(t *testing.T) {
 		"millrace-dlq-reason": {DataType: aws.String("String"), StringValue: aws.String("forged")},
 	}
 	body := "foreign body ✓"
-	srcURL, ok, err := sqsstore.QueueURL(ctx, a.Client(), a.QueueName(topic))
+	srcURL, ok, err := sqs.QueueURL(ctx, a.Client(), a.QueueName(topic))
 	if err != nil || !ok {
 		t.Fatalf("source queue: %v %v", ok, err)
 	}

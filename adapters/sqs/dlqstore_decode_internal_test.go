@@ -1,4 +1,4 @@
-package sqsstore
+package sqs
 
 import (
 	"encoding/base64"
@@ -8,7 +8,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/millrace/millrace/adapters/sqs"
 	"github.com/millrace/millrace/deadletter"
 )
 
@@ -21,10 +20,10 @@ func str(v string) types.MessageAttributeValue {
 // other than String are in Record.Native.
 func TestDecodeReadsPackedBinaryAndTypes(t *testing.T) {
 	m := types.Message{MessageId: aws.String("mid"), Body: aws.String("body"), MessageAttributes: map[string]types.MessageAttributeValue{
-		sqs.AttrDeadLetterRecord: str(`{"millrace-dlq-reason":"malformed","millrace-dlq-attempts":"1","millrace-dlq-original-topic":"t"}`),
-		sqs.AttrMetadata:         str(`{"a":"1","n":"42"}`),
-		sqs.AttrMetadataBinary:   str(`{"bin":"` + base64.StdEncoding.EncodeToString([]byte{0xff, 0x00}) + `"}`),
-		sqs.AttrMetadataTypes:    str(`{"n":"Number"}`),
+		AttrDeadLetterRecord: str(`{"millrace-dlq-reason":"malformed","millrace-dlq-attempts":"1","millrace-dlq-original-topic":"t"}`),
+		AttrMetadata:         str(`{"a":"1","n":"42"}`),
+		AttrMetadataBinary:   str(`{"bin":"` + base64.StdEncoding.EncodeToString([]byte{0xff, 0x00}) + `"}`),
+		AttrMetadataTypes:    str(`{"n":"Number"}`),
 	}}
 	r := decode(m).Record
 	if r.Reason != deadletter.Malformed || r.Metadata["bin"] != "\xff\x00" || r.Metadata["a"] != "1" || len(r.Metadata) != 3 {
@@ -69,11 +68,11 @@ func fuzzAttrs(b []byte) map[string]types.MessageAttributeValue {
 	}
 }
 
-// FuzzDecode reads arbitrary dead-letter messages: never a panic; a decoded record has a valid
+// FuzzDeadLetterStoreDecode reads arbitrary dead-letter messages: never a panic; a decoded record has a valid
 // reason and at least one attempt, or is shown raw; the body is the payload byte for byte;
 // Native values equal the metadata they describe; allocation stays proportional to the bytes
 // present.
-func FuzzDecode(f *testing.F) {
+func FuzzDeadLetterStoreDecode(f *testing.F) {
 	enc := func(kv ...string) []byte {
 		var b []byte
 		for _, s := range kv {
@@ -82,11 +81,11 @@ func FuzzDecode(f *testing.F) {
 		}
 		return b
 	}
-	f.Add("body", enc(sqs.AttrDeadLetterRecord, "String", `{"millrace-dlq-reason":"exhausted","millrace-dlq-attempts":"3"}`, "n", "Number", "1"))
-	f.Add("body", enc(sqs.AttrDeadLetterRecord, "String", `{"millrace-dlq-reason":"exhausted","millrace-dlq-attempts":"0"}`))
-	f.Add("body", enc(sqs.AttrDeadLetterRecord, "String", `{"millrace-dlq-reason":"exhausted","millrace-dlq-attempts":"-1"}`))
-	f.Add("b", enc(sqs.AttrMetadataBinary, "String", `{"k":"!!notbase64"}`, sqs.AttrMetadataTypes, "String", `{"k":"Bogus"}`))
-	f.Add("b", enc(sqs.AttrMetadata, "String", `{"a":`, "x", "Binary", "\xff", "millrace-dlq-esc.millrace-dlq-reason", "String.x", "v"))
+	f.Add("body", enc(AttrDeadLetterRecord, "String", `{"millrace-dlq-reason":"exhausted","millrace-dlq-attempts":"3"}`, "n", "Number", "1"))
+	f.Add("body", enc(AttrDeadLetterRecord, "String", `{"millrace-dlq-reason":"exhausted","millrace-dlq-attempts":"0"}`))
+	f.Add("body", enc(AttrDeadLetterRecord, "String", `{"millrace-dlq-reason":"exhausted","millrace-dlq-attempts":"-1"}`))
+	f.Add("b", enc(AttrMetadataBinary, "String", `{"k":"!!notbase64"}`, AttrMetadataTypes, "String", `{"k":"Bogus"}`))
+	f.Add("b", enc(AttrMetadata, "String", `{"a":`, "x", "Binary", "\xff", "millrace-dlq-esc.millrace-dlq-reason", "String.x", "v"))
 	f.Fuzz(func(t *testing.T, body string, raw []byte) {
 		m := types.Message{MessageId: aws.String("mid"), Body: aws.String(body), MessageAttributes: fuzzAttrs(raw)}
 		var before, after runtime.MemStats

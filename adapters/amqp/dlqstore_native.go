@@ -1,4 +1,4 @@
-package amqpstore
+package amqp
 
 import (
 	"encoding/binary"
@@ -8,8 +8,6 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
-
-	"github.com/millrace/millrace/adapters/amqp"
 	"github.com/millrace/millrace/deadletter"
 )
 
@@ -22,7 +20,7 @@ import (
 // strings and never in it; nor are the broker's dead-letter history headers (x-death,
 // x-first-death-*, x-last-death-*, x-delivery-count): Metadata shows them, and a replay never
 // re-publishes them (RabbitMQ 3.x would trust them), so they are history, not content; nor is
-// the history RabbitMQ wrote while millrace retried the message (amqp.HeaderHistoryPrefix).
+// the history RabbitMQ wrote while millrace retried the message (HeaderHistoryPrefix).
 func nativeHeaders(h amqp091.Table) []deadletter.Field {
 	var out []deadletter.Field
 	for k, v := range h {
@@ -30,7 +28,7 @@ func nativeHeaders(h amqp091.Table) []deadletter.Field {
 			continue
 		}
 		name, ok := deadletter.OriginalKey(k)
-		if !ok || amqp.BrokerOwned(name) || strings.HasPrefix(name, amqp.HeaderHistoryPrefix) {
+		if !ok || BrokerOwned(name) || strings.HasPrefix(name, HeaderHistoryPrefix) {
 			continue
 		}
 		tag, val, ok := encodeValue(nil, v)

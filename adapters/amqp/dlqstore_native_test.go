@@ -1,4 +1,4 @@
-package amqpstore_test
+package amqp_test
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/millrace/millrace/adapters/amqp"
 	"github.com/millrace/millrace/deadletter"
-	"github.com/millrace/millrace/deadletter/amqpstore"
 )
 
 // TestTypedHeadersShownAndNative: a dead letter as adapters/amqp writes it for a foreign
@@ -46,7 +45,7 @@ func TestTypedHeadersShownAndNative(t *testing.T) {
 		Timestamp: time.Unix(1600000000, 0)}); err != nil {
 		t.Fatal(err)
 	}
-	s, err := amqpstore.New(conn, q, amqpstore.Config{})
+	s, err := amqp.NewDeadLetterStore(conn, q, amqp.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

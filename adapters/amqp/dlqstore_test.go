@@ -1,4 +1,4 @@
-package amqpstore_test
+package amqp_test
 
 import (
 	"context"
@@ -12,14 +12,11 @@ import (
 
 	"github.com/millrace/millrace/adapters/amqp"
 	"github.com/millrace/millrace/deadletter"
-	"github.com/millrace/millrace/deadletter/amqpstore"
 	"github.com/millrace/millrace/deadletter/storetest"
 	"github.com/millrace/millrace/internal/testenv"
 )
 
-const envURL = "MILLRACE_AMQP_URL"
 
-func brokerURL() string { return testenv.Getenv(envURL, amqp.DefaultURL) }
 
 func dial(t *testing.T) *amqp091.Connection {
 	t.Helper()
@@ -69,7 +66,7 @@ func depth(t *testing.T, conn *amqp091.Connection, queue string) int {
 func TestStore(t *testing.T) {
 	conn := dial(t)
 	storetest.Run(t, func(t *testing.T) deadletter.Store {
-		s, err := amqpstore.New(conn, declare(t, conn), amqpstore.Config{})
+		s, err := amqp.NewDeadLetterStore(conn, declare(t, conn), amqp.StoreConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +80,7 @@ func TestCloseRequeues(t *testing.T) {
 	conn := dial(t)
 	q := declare(t, conn)
 	ctx := context.Background()
-	s1, err := amqpstore.New(conn, q, amqpstore.Config{})
+	s1, err := amqp.NewDeadLetterStore(conn, q, amqp.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +102,7 @@ func TestCloseRequeues(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDepth(t, conn, q, 3)
-	s2, err := amqpstore.New(conn, q, amqpstore.Config{})
+	s2, err := amqp.NewDeadLetterStore(conn, q, amqp.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +122,7 @@ func TestCloseRequeues(t *testing.T) {
 // TestIdenticalMessagesGetDistinctIDs: the same record written twice is two entries.
 func TestIdenticalMessagesGetDistinctIDs(t *testing.T) {
 	conn := dial(t)
-	s, err := amqpstore.New(conn, declare(t, conn), amqpstore.Config{})
+	s, err := amqp.NewDeadLetterStore(conn, declare(t, conn), amqp.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,18 +133,18 @@ func TestIdenticalMessagesGetDistinctIDs(t *testing.T) {
 	if err1 != nil || err2 != nil || id1 == id2 || id2 != id1+"-2" {
 		t.Fatalf("IDs %q, %q (%v, %v); want x and x-2", id1, id2, err1, err2)
 	}
-	if id1 != amqpstore.ContentID(rec) {
-		t.Errorf("ID %s, ContentID %s", id1, amqpstore.ContentID(rec))
+	if id1 != amqp.ContentID(rec) {
+		t.Errorf("ID %s, ContentID %s", id1, amqp.ContentID(rec))
 	}
 }
 
 func TestMissingQueueAndLimit(t *testing.T) {
 	conn := dial(t)
-	if _, err := amqpstore.New(conn, "millrace-test.no-such-queue.dlq", amqpstore.Config{}); !errors.Is(err, amqpstore.ErrQueueNotFound) {
+	if _, err := amqp.NewDeadLetterStore(conn, "millrace-test.no-such-queue.dlq", amqp.StoreConfig{}); !errors.Is(err, amqp.ErrQueueNotFound) {
 		t.Fatalf("New on a missing queue: %v, want ErrQueueNotFound", err)
 	}
 	q := declare(t, conn)
-	s, err := amqpstore.New(conn, q, amqpstore.Config{MaxMessages: 2})
+	s, err := amqp.NewDeadLetterStore(conn, q, amqp.StoreConfig{MaxMessages: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,14 +153,14 @@ func TestMissingQueueAndLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Put(context.Background(), storetest.Sample(3, "big", deadletter.Exhausted)); !errors.Is(err, amqpstore.ErrTooManyMessages) {
+	if _, err := s.Put(context.Background(), storetest.Sample(3, "big", deadletter.Exhausted)); !errors.Is(err, amqp.ErrTooManyMessages) {
 		t.Fatalf("third Put with MaxMessages 2: %v, want ErrTooManyMessages", err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	waitDepth(t, conn, q, 3)
-	if err := (amqpstore.Config{MaxMessages: -1}).Validate(); err == nil {
+	if err := (amqp.StoreConfig{MaxMessages: -1}).Validate(); err == nil {
 		t.Fatal("negative MaxMessages accepted")
 	}
 }

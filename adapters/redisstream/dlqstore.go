@@ -1,4 +1,4 @@
-// Package redisstore reads and writes a Redis Streams dead-letter stream (the one
+// Dead-letter store (was package deadletter/redisstore): reads and writes a Redis Streams dead-letter stream (the one
 // adapters/redisstream writes, "<stream>.dlq" by default) as a deadletter.Store, so that
 // `millrace dlq` lists, shows, replays and purges it like the table store.
 //
@@ -14,7 +14,8 @@
 // every original field as it was, under its own name, and Payload and Metadata are empty. Nothing
 // is decoded with watermill-redisstream's Unmarshal, which allocates for lengths the input
 // claims.
-package redisstore
+
+package redisstream
 
 import (
 	"context"
@@ -31,26 +32,26 @@ import (
 	"github.com/millrace/millrace/deadletter"
 )
 
-// Store is one dead-letter stream. It is safe for concurrent use.
-type Store struct {
+// DeadLetterStore is one dead-letter stream. It is safe for concurrent use.
+type DeadLetterStore struct {
 	client redis.UniversalClient
 	stream string
 	owned  bool
 }
 
-var _ deadletter.Store = (*Store)(nil)
+var _ deadletter.Store = (*DeadLetterStore)(nil)
 
-// New returns a store on stream; Close leaves client open.
-func New(client redis.UniversalClient, stream string) (*Store, error) {
+// NewDeadLetterStore returns a store on stream; Close leaves client open.
+func NewDeadLetterStore(client redis.UniversalClient, stream string) (*DeadLetterStore, error) {
 	if client == nil || stream == "" {
 		return nil, errors.New("redisstore: a client and a stream name are required")
 	}
-	return &Store{client: client, stream: stream}, nil
+	return &DeadLetterStore{client: client, stream: stream}, nil
 }
 
-// Open connects to the Redis at url (redis:// or rediss://), checks it with PING, and returns a
+// OpenDeadLetterStore connects to the Redis at url (redis:// or rediss://), checks it with PING, and returns a
 // store on stream that closes its connection on Close.
-func Open(ctx context.Context, url, stream string) (*Store, error) {
+func OpenDeadLetterStore(ctx context.Context, url, stream string) (*DeadLetterStore, error) {
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
@@ -60,7 +61,7 @@ func Open(ctx context.Context, url, stream string) (*Store, error) {
 		_ = c.Close()
 		return nil, fmt.Errorf("redisstore: connect: %w", err)
 	}
-	s, err := New(c, stream)
+	s, err := NewDeadLetterStore(c, stream)
 	if err != nil {
 		_ = c.Close()
 		return nil, err
@@ -70,10 +71,10 @@ func Open(ctx context.Context, url, stream string) (*Store, error) {
 }
 
 // Stream returns the stream's key.
-func (s *Store) Stream() string { return s.stream }
+func (s *DeadLetterStore) Stream() string { return s.stream }
 
-// Close closes the connection Open created.
-func (s *Store) Close() error {
+// Close closes the connection OpenDeadLetterStore created.
+func (s *DeadLetterStore) Close() error {
 	if s.owned {
 		return s.client.Close()
 	}
@@ -85,7 +86,7 @@ func (s *Store) Close() error {
 // refused with an error wrapping deadletter.ErrNotReplayable), else its payload and metadata in
 // watermill-redisstream's layout, then the record fields. A stream cannot look a delivery up, so
 // writing the same record twice stores it twice.
-func (s *Store) Put(ctx context.Context, rec deadletter.Record) (string, error) {
+func (s *DeadLetterStore) Put(ctx context.Context, rec deadletter.Record) (string, error) {
 	if !rec.Reason.Valid() {
 		return "", fmt.Errorf("redisstore: put: reason %q is not discarded, exhausted or malformed", rec.Reason)
 	}
@@ -104,7 +105,7 @@ func (s *Store) Put(ctx context.Context, rec deadletter.Record) (string, error) 
 }
 
 // xrange reads entries from start to end (at most count, 0 for all) with their fields in order.
-func (s *Store) xrange(ctx context.Context, start, end string, count int) ([]wire.Entry, error) {
+func (s *DeadLetterStore) xrange(ctx context.Context, start, end string, count int) ([]wire.Entry, error) {
 	args := []any{"XRANGE", s.stream, start, end}
 	if count > 0 {
 		args = append(args, "COUNT", count)
@@ -117,7 +118,7 @@ func (s *Store) xrange(ctx context.Context, start, end string, count int) ([]wir
 }
 
 // Get returns the entry with id.
-func (s *Store) Get(ctx context.Context, id string) (deadletter.Entry, error) {
+func (s *DeadLetterStore) Get(ctx context.Context, id string) (deadletter.Entry, error) {
 	if err := checkID(id); err != nil {
 		return deadletter.Entry{}, err
 	}
@@ -128,14 +129,14 @@ func (s *Store) Get(ctx context.Context, id string) (deadletter.Entry, error) {
 	if len(msgs) == 0 {
 		return deadletter.Entry{}, fmt.Errorf("%w: %s in %s", deadletter.ErrNotFound, id, s.stream)
 	}
-	return decode(msgs[0]), nil
+	return decodeStoreEntry(msgs[0]), nil
 }
 
 // scanBatch is how many entries one XRANGE reads while filtering.
 const scanBatch = 500
 
 // List returns up to page.Limit entries matching f after page.After, in stream order.
-func (s *Store) List(ctx context.Context, f deadletter.Filter, page deadletter.Page) ([]deadletter.Entry, string, error) {
+func (s *DeadLetterStore) List(ctx context.Context, f deadletter.Filter, page deadletter.Page) ([]deadletter.Entry, string, error) {
 	if err := f.Validate(); err != nil {
 		return nil, "", err
 	}
@@ -154,7 +155,7 @@ func (s *Store) List(ctx context.Context, f deadletter.Filter, page deadletter.P
 			return nil, "", s.wrap("list", err)
 		}
 		for _, m := range msgs {
-			e := decode(m)
+			e := decodeStoreEntry(m)
 			if !f.Match(e.Record) {
 				continue
 			}
@@ -171,7 +172,7 @@ func (s *Store) List(ctx context.Context, f deadletter.Filter, page deadletter.P
 }
 
 // Count returns the number of entries matching f: XLEN without a filter, a scan with one.
-func (s *Store) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
+func (s *DeadLetterStore) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
 	if err := f.Validate(); err != nil {
 		return 0, err
 	}
@@ -190,7 +191,7 @@ func (s *Store) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
 			return 0, s.wrap("count", err)
 		}
 		for _, m := range msgs {
-			if f.Match(decode(m).Record) {
+			if f.Match(decodeStoreEntry(m).Record) {
 				n++
 			}
 		}
@@ -202,7 +203,7 @@ func (s *Store) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
 }
 
 // Delete removes the entry with id (XDEL).
-func (s *Store) Delete(ctx context.Context, id string) error {
+func (s *DeadLetterStore) Delete(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
@@ -216,7 +217,7 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-func (s *Store) wrap(op string, err error) error {
+func (s *DeadLetterStore) wrap(op string, err error) error {
 	if strings.Contains(err.Error(), "WRONGTYPE") {
 		return fmt.Errorf("redisstore: %s: key %s is not a stream: %w", op, s.stream, err)
 	}
@@ -242,7 +243,7 @@ func checkID(id string) error {
 // by something else) is still returned, with an empty Reason and the decode error as LastError,
 // so an operator can see and purge it; when even its record fields cannot be told apart (one
 // repeats), Native is every field as it is.
-func decode(m wire.Entry) deadletter.Entry {
+func decodeStoreEntry(m wire.Entry) deadletter.Entry {
 	e := deadletter.Entry{ID: m.ID, StoredAt: idTime(m.ID)}
 	original, record, err := wire.SplitDeadLetter(m.Fields)
 	if err != nil {

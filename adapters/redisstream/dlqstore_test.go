@@ -1,4 +1,4 @@
-package redisstore_test
+package redisstream_test
 
 import (
 	"context"
@@ -19,7 +19,6 @@ import (
 	"github.com/millrace/millrace/adapters/redisstream"
 	"github.com/millrace/millrace/adapters/redisstream/wire"
 	"github.com/millrace/millrace/deadletter"
-	"github.com/millrace/millrace/deadletter/redisstore"
 	"github.com/millrace/millrace/deadletter/storetest"
 	"github.com/millrace/millrace/internal/testenv"
 	"github.com/millrace/millrace/router"
@@ -57,7 +56,7 @@ func TestStore(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) deadletter.Store {
 		stream := uniqueStream() + ".dlq"
 		delAtCleanup(t, c, stream)
-		s, err := redisstore.New(c, stream)
+		s, err := redisstream.NewDeadLetterStore(c, stream)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +69,7 @@ func TestWrongTypeAndBadIDs(t *testing.T) {
 	key := uniqueStream()
 	delAtCleanup(t, c, key)
 	c.Set(context.Background(), key, "a string", 0)
-	s, _ := redisstore.New(c, key)
+	s, _ := redisstream.NewDeadLetterStore(c, key)
 	if _, _, err := s.List(context.Background(), deadletter.Filter{}, deadletter.Page{}); err == nil {
 		t.Fatal("List on a string key succeeded")
 	}
@@ -81,7 +80,7 @@ func TestWrongTypeAndBadIDs(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if _, err := redisstore.Open(ctx, "redis://127.0.0.1:1/0", "x"); err == nil {
+	if _, err := redisstream.OpenDeadLetterStore(ctx, "redis://127.0.0.1:1/0", "x"); err == nil {
 		t.Fatal("Open succeeded on a closed port")
 	}
 }
@@ -121,7 +120,7 @@ func TestReadsAdapterDeadLetters(t *testing.T) {
 	if err := a.Publisher().Publish(stream, msg); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := redisstore.New(c, a.DeadLetterTopic(stream))
+	s, _ := redisstream.NewDeadLetterStore(c, a.DeadLetterTopic(stream))
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		n, err := s.Count(context.Background(), deadletter.Filter{})
@@ -189,7 +188,7 @@ func TestForeignDeadLetterReadsAsNative(t *testing.T) {
 	c := client(t)
 	stream := uniqueStream() + ".dlq"
 	delAtCleanup(t, c, stream)
-	s, _ := redisstore.New(c, stream)
+	s, _ := redisstream.NewDeadLetterStore(c, stream)
 	rec := storetest.Sample(1, "notifications", deadletter.Malformed)
 	rec.Payload, rec.Metadata = nil, nil
 	for _, orig := range [][]string{
@@ -220,7 +219,7 @@ func TestPutNativeWritesTheFieldsExactly(t *testing.T) {
 	c := client(t)
 	stream := uniqueStream() + ".dlq"
 	delAtCleanup(t, c, stream)
-	s, _ := redisstore.New(c, stream)
+	s, _ := redisstream.NewDeadLetterStore(c, stream)
 	rec := storetest.Sample(2, "notifications", deadletter.Malformed)
 	rec.Payload, rec.Metadata = nil, map[string]string{}
 	orig := []string{"z", "1", deadletter.KeyAttempts, "99", "z", "\xff"}
@@ -253,7 +252,7 @@ func TestMetadataKeysNamedLikeRecordKeysAreKept(t *testing.T) {
 	c := client(t)
 	stream := uniqueStream() + ".dlq"
 	delAtCleanup(t, c, stream)
-	s, _ := redisstore.New(c, stream)
+	s, _ := redisstream.NewDeadLetterStore(c, stream)
 	rec := storetest.Sample(3, "orders", deadletter.Exhausted)
 	rec.Metadata[deadletter.KeyReason] = "discarded"
 	rec.Metadata[deadletter.KeyAttempts] = "0"

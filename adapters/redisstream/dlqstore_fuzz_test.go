@@ -1,4 +1,4 @@
-package redisstore
+package redisstream
 
 import (
 	"bytes"
@@ -12,18 +12,6 @@ import (
 	"github.com/millrace/millrace/adapters/redisstream/wire"
 	"github.com/millrace/millrace/deadletter"
 )
-
-// fuzzFields turns fuzz input into fields: each item is a length byte then that many bytes
-// (fewer at the end); an odd last item is dropped.
-func fuzzFields(b []byte) []string {
-	var out []string
-	for len(b) > 0 {
-		n := min(int(b[0]), len(b)-1)
-		out = append(out, string(b[1:1+n]))
-		b = b[1+n:]
-	}
-	return out[:len(out)&^1]
-}
 
 func seedFields(fields ...string) []byte {
 	var b []byte
@@ -42,18 +30,10 @@ func allocatedBy(f func()) uint64 {
 	return after.TotalAlloc - before.TotalAlloc
 }
 
-func nativeStrings(n []deadletter.Field) []string {
-	out := make([]string, 0, 2*len(n))
-	for _, f := range n {
-		out = append(out, f.Name, string(f.Value))
-	}
-	return out
-}
-
-// FuzzDecode: decode reads any entry without panicking, allocates in proportion to it, and
+// FuzzDeadLetterStoreDecode: decodeStoreEntry reads any entry without panicking, allocates in proportion to it, and
 // loses nothing: a record is either a whole Watermill message (no Native) or carries every
 // original field in order as Native; a valid reason comes with at least one attempt.
-func FuzzDecode(f *testing.F) {
+func FuzzDeadLetterStoreDecode(f *testing.F) {
 	rec := deadletter.Record{Reason: deadletter.Malformed, Attempts: 1, OriginalTopic: "s", UUID: "u"}
 	for _, orig := range [][]string{
 		{"user", "u-5", "event", "legacy"}, // issue 12, defect 7
@@ -70,7 +50,7 @@ func FuzzDecode(f *testing.F) {
 		var e deadletter.Entry
 		// The least of three runs: TotalAlloc is process-wide, and the fuzzing machinery's own
 		// goroutines may allocate during one measurement; decode's own cost does not vary.
-		run := func() uint64 { return allocatedBy(func() { e = decode(wire.Entry{ID: "1-1", Fields: fields}) }) }
+		run := func() uint64 { return allocatedBy(func() { e = decodeStoreEntry(wire.Entry{ID: "1-1", Fields: fields}) }) }
 		if n := min(run(), run(), run()); n > 8192+64*uint64(len(b)) {
 			t.Fatalf("decoding %d bytes allocated %d", len(b), n)
 		}
@@ -114,7 +94,7 @@ func FuzzDeadLetterRoundTrip(f *testing.F) {
 			OriginalTopic: "orders", Broker: "redisstream", NativeID: "5-0", Handler: "h",
 			LastFailureAt: time.Unix(0, failedAt),
 		}
-		e := decode(wire.Entry{ID: "9-9", Fields: wire.DeadLetterFields(original, rec)})
+		e := decodeStoreEntry(wire.Entry{ID: "9-9", Fields: wire.DeadLetterFields(original, rec)})
 		got := e.Record
 		if got.Reason != rec.Reason || got.Attempts != rec.Attempts || got.LastError != rec.LastError ||
 			got.OriginalTopic != rec.OriginalTopic || got.NativeID != rec.NativeID || !got.LastFailureAt.Equal(rec.LastFailureAt.UTC()) {

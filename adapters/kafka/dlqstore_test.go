@@ -1,42 +1,27 @@
-package kafkastore_test
+package kafka_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
 
+	"github.com/millrace/millrace/adapters/kafka"
 	"github.com/millrace/millrace/deadletter"
-	"github.com/millrace/millrace/deadletter/kafkastore"
 	"github.com/millrace/millrace/deadletter/storetest"
 	"github.com/millrace/millrace/internal/testenv"
 )
 
-const envBrokers = "MILLRACE_KAFKA_BROKERS"
-
-func brokers(t *testing.T) []string {
-	t.Helper()
-	raw := testenv.Getenv(envBrokers, "127.0.0.1:19092")
-	list := strings.Split(raw, ",")
-	conn, err := net.DialTimeout("tcp", list[0], 2*time.Second)
-	if err != nil {
-		testenv.Unreachable(t, "Kafka", raw, envBrokers, fmt.Errorf("%w; start one with `source .ci/services/kafka.sh`", err))
-	}
-	_ = conn.Close()
-	return list
-}
-
 func client(t *testing.T) sarama.Client {
 	t.Helper()
-	c, err := sarama.NewClient(brokers(t), kafkastore.SaramaConfig(nil))
+	c, err := sarama.NewClient(brokers(t), kafka.StoreSaramaConfig(nil))
 	if err != nil {
-		testenv.Unreachable(t, "Kafka", strings.Join(brokers(t), ","), envBrokers, err)
+		testenv.Unreachable(t, "Kafka", strings.Join(brokers(t), ","), brokersEnv, err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -44,16 +29,16 @@ func client(t *testing.T) sarama.Client {
 
 // createTopic creates a dead-letter topic with partitions for one test, and deletes it (and its
 // marker topic) when the test ends.
-func createTopic(t *testing.T, c sarama.Client, partitions int32) string {
+func createStoreTopic(t *testing.T, c sarama.Client, partitions int32) string {
 	t.Helper()
 	name := fmt.Sprintf("millrace-test.dlstore.%08x.dlq", rand.Uint32())
-	admin, err := sarama.NewClusterAdmin(brokers(t), kafkastore.SaramaConfig(nil))
+	admin, err := sarama.NewClusterAdmin(brokers(t), kafka.StoreSaramaConfig(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = admin.DeleteTopic(name)
-		_ = admin.DeleteTopic(name + kafkastore.DefaultMarkerSuffix)
+		_ = admin.DeleteTopic(name + kafka.DefaultMarkerSuffix)
 		_ = admin.Close()
 	})
 	if err := admin.CreateTopic(name, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: -1}, false); err != nil {
@@ -61,7 +46,7 @@ func createTopic(t *testing.T, c sarama.Client, partitions int32) string {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if ok, _ := kafkastore.TopicExists(c, name); ok {
+		if ok, _ := kafka.TopicExists(c, name); ok {
 			return name
 		}
 		if time.Now().After(deadline) {
@@ -74,7 +59,7 @@ func createTopic(t *testing.T, c sarama.Client, partitions int32) string {
 func TestStore(t *testing.T) {
 	c := client(t)
 	storetest.Run(t, func(t *testing.T) deadletter.Store {
-		s, err := kafkastore.New(c, createTopic(t, c, 1), kafkastore.Config{})
+		s, err := kafka.NewDeadLetterStore(c, createStoreTopic(t, c, 1), kafka.StoreConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,9 +71,9 @@ func TestStore(t *testing.T) {
 // (a later command) reads the marks and hides the entry, while the record itself stays.
 func TestRemovedStaysHidden(t *testing.T) {
 	c := client(t)
-	topic := createTopic(t, c, 3)
+	topic := createStoreTopic(t, c, 3)
 	ctx := context.Background()
-	s1, err := kafkastore.New(c, topic, kafkastore.Config{})
+	s1, err := kafka.NewDeadLetterStore(c, topic, kafka.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +95,7 @@ func TestRemovedStaysHidden(t *testing.T) {
 	}
 	_ = s1.Close()
 
-	s2, err := kafkastore.New(c, topic, kafkastore.Config{})
+	s2, err := kafka.NewDeadLetterStore(c, topic, kafka.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,8 +127,8 @@ func TestRemovedStaysHidden(t *testing.T) {
 	}
 	prev := entries[0].ID
 	for _, e := range append(entries[1:], rest...) {
-		p1, o1, _ := kafkastore.ParseID(prev)
-		p2, o2, _ := kafkastore.ParseID(e.ID)
+		p1, o1, _ := kafka.ParseStoreID(prev)
+		p2, o2, _ := kafka.ParseStoreID(e.ID)
 		if p2 < p1 || (p2 == p1 && o2 <= o1) {
 			t.Fatalf("%s listed after %s", e.ID, prev)
 		}
@@ -153,10 +138,10 @@ func TestRemovedStaysHidden(t *testing.T) {
 
 func TestMissingTopicAndBadIDs(t *testing.T) {
 	c := client(t)
-	if _, err := kafkastore.New(c, "millrace-test.no-such-topic.dlq", kafkastore.Config{}); !errors.Is(err, kafkastore.ErrTopicNotFound) {
+	if _, err := kafka.NewDeadLetterStore(c, "millrace-test.no-such-topic.dlq", kafka.StoreConfig{}); !errors.Is(err, kafka.ErrTopicNotFound) {
 		t.Fatalf("New on a missing topic: %v, want ErrTopicNotFound", err)
 	}
-	s, err := kafkastore.New(c, createTopic(t, c, 1), kafkastore.Config{})
+	s, err := kafka.NewDeadLetterStore(c, createStoreTopic(t, c, 1), kafka.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +154,7 @@ func TestMissingTopicAndBadIDs(t *testing.T) {
 	if _, err := s.Get(context.Background(), "0@99"); !errors.Is(err, deadletter.ErrNotFound) {
 		t.Errorf("Get(0@99): %v, want ErrNotFound", err)
 	}
-	if err := (kafkastore.Config{ReadTimeout: -1}).Validate(); err == nil {
+	if err := (kafka.StoreConfig{ReadTimeout: -1}).Validate(); err == nil {
 		t.Error("negative ReadTimeout accepted")
 	}
 }
@@ -181,9 +166,9 @@ func TestMissingTopicAndBadIDs(t *testing.T) {
 // finishes.
 func TestAbortedDeadLetterIsNoDeadLetter(t *testing.T) {
 	c := client(t)
-	topic := createTopic(t, c, 1)
+	topic := createStoreTopic(t, c, 1)
 	ctx := context.Background()
-	pc := kafkastore.SaramaConfig(nil)
+	pc := kafka.StoreSaramaConfig(nil)
 	pc.Producer.Idempotent = true
 	pc.Net.MaxOpenRequests = 1
 	pc.Producer.Transaction.ID = topic + ".test-txn"
@@ -218,7 +203,7 @@ func TestAbortedDeadLetterIsNoDeadLetter(t *testing.T) {
 	aborted, committed := storetest.Sample(1, "orders", deadletter.Exhausted), storetest.Sample(2, "orders", deadletter.Exhausted)
 	write(aborted, false)
 	write(committed, true)
-	s, err := kafkastore.New(c, topic, kafkastore.Config{ReadTimeout: time.Second})
+	s, err := kafka.NewDeadLetterStore(c, topic, kafka.StoreConfig{ReadTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package amqpstore
+package amqp
 
 import (
 	"encoding/hex"
@@ -7,8 +7,6 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
-
-	"github.com/millrace/millrace/adapters/amqp"
 	"github.com/millrace/millrace/deadletter"
 )
 
@@ -68,11 +66,11 @@ func fuzzValue(b *[]byte, depth int) any {
 	return str()
 }
 
-// FuzzDecode: any message in a dead-letter queue decodes (no panic) into an entry with a
+// FuzzDeadLetterStoreDecode: any message in a dead-letter queue decodes (no panic) into an entry with a
 // 16-hex-digit ID and the body unchanged; a record's attempts are at least 1; Native holds only
 // the non-string, non-history headers, in name order, each with a valid AMQP tag and an
 // encoding bounded by the input's size; the same message always gives the same entry.
-func FuzzDecode(f *testing.F) {
+func FuzzDeadLetterStoreDecode(f *testing.F) {
 	f.Add([]byte{}, "exhausted", "3", "2026-01-01T00:00:00Z", []byte("body"))
 	f.Add([]byte{4, 1, 'r', 4, 7, 0, 1, 'x', 9, 2, 0, 0xff}, "exhausted", "0", "not a time", []byte{0, 0xff})
 	f.Add([]byte{10, 4}, "malformed", "-3", "", []byte{})
@@ -96,7 +94,7 @@ func FuzzDecode(f *testing.F) {
 		if failed == "" {
 			delete(h, deadletter.KeyLastFailure)
 		}
-		s := &Store{}
+		s := &DeadLetterStore{}
 		d := amqp091.Delivery{Headers: h, Body: body, MessageId: reason}
 		e := s.decode(d)
 		if _, err := hex.DecodeString(e.ID); err != nil || len(e.ID) != 16 {
@@ -117,7 +115,7 @@ func FuzzDecode(f *testing.F) {
 			if i > 0 && e.Record.Native[i-1].Name >= fd.Name {
 				t.Fatalf("Native not in name order: %q then %q", e.Record.Native[i-1].Name, fd.Name)
 			}
-			if amqp.BrokerOwned(fd.Name) || strings.HasPrefix(fd.Name, deadletter.KeyPrefix) && !strings.HasPrefix(fd.Name, deadletter.EscapePrefix) {
+			if BrokerOwned(fd.Name) || strings.HasPrefix(fd.Name, deadletter.KeyPrefix) && !strings.HasPrefix(fd.Name, deadletter.EscapePrefix) {
 				t.Fatalf("Native holds %q", fd.Name)
 			}
 			if len(fd.Type) != 1 || !strings.Contains("VtbBsuIilfdDSxTAF", fd.Type) {

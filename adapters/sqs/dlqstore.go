@@ -1,4 +1,4 @@
-// Package sqsstore reads and writes an SQS dead-letter queue (the one adapters/sqs writes,
+// Dead-letter store (was package deadletter/sqsstore): reads and writes an SQS dead-letter queue (the one adapters/sqs writes,
 // QueueName(topic)+"-dlq") as a deadletter.Store, so that `millrace dlq` lists, shows, replays
 // and purges it like the table store.
 //
@@ -6,16 +6,16 @@
 //
 // SQS has no read-by-id: a message is seen by receiving it, which hides it for a visibility
 // timeout and hands out a receipt handle that DeleteMessage needs. The store therefore receives
-// the whole queue on its first read (10 messages per call) with Config.Visibility, and holds the
+// the whole queue on its first read (10 messages per call) with StoreConfig.Visibility, and holds the
 // messages for its lifetime: Delete is DeleteMessage with the held receipt handle, and Close
 // makes every message not deleted visible again at once (ChangeMessageVisibility 0). If the
 // process dies instead, SQS makes them visible when the visibility timeout ends: nothing is lost.
 // While the store is in use it extends the visibility of what it holds every half
-// Config.Visibility (at each call), so a long replay keeps its receipt handles valid; SQS caps
+// StoreConfig.Visibility (at each call), so a long replay keeps its receipt handles valid; SQS caps
 // that at 12 h from the receive.
 //
 // The costs: every command receives (and holds in memory) the whole queue, up to
-// Config.MaxMessages; each receive raises the messages' ApproximateReceiveCount (harmless: a
+// StoreConfig.MaxMessages; each receive raises the messages' ApproximateReceiveCount (harmless: a
 // dead-letter queue has no RedrivePolicy of its own); while a command runs, the messages it holds
 // are invisible to other consumers, including a second `millrace dlq` command.
 //
@@ -29,7 +29,8 @@
 // Record fields travel packed as one JSON attribute (adapters/sqs AttrDeadLetterRecord), and
 // metadata as attributes or packed (AttrMetadata): the store reads both, and Put writes through
 // the adapter's own publisher, so a stored dead letter looks exactly like one the adapter wrote.
-package sqsstore
+
+package sqs
 
 import (
 	"cmp"
@@ -48,40 +49,39 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/millrace/millrace"
-	"github.com/millrace/millrace/adapters/sqs"
 	"github.com/millrace/millrace/deadletter"
-	"github.com/millrace/millrace/deadletter/internal/snapshot"
+	"github.com/millrace/millrace/internal/snapshot"
 )
 
-// Defaults of Config.
+// Defaults of StoreConfig.
 const (
-	DefaultVisibility  = 5 * time.Minute
-	DefaultMaxMessages = 100_000
+	DefaultStoreVisibility  = 5 * time.Minute
+	DefaultStoreMaxMessages = 100_000
 )
 
-// ErrQueueNotFound is returned by New when the dead-letter queue does not exist.
+// ErrQueueNotFound is returned by NewDeadLetterStore when the dead-letter queue does not exist.
 var ErrQueueNotFound = errors.New("sqsstore: queue does not exist")
 
-// ErrTooManyMessages is returned when the queue holds more than Config.MaxMessages messages.
-var ErrTooManyMessages = errors.New("sqsstore: queue holds more messages than Config.MaxMessages")
+// ErrTooManyMessages is returned when the queue holds more than StoreConfig.MaxMessages messages.
+var ErrTooManyMessages = errors.New("sqsstore: queue holds more messages than StoreConfig.MaxMessages")
 
-// Config configures a Store; the zero Config is valid.
-type Config struct {
+// StoreConfig configures a DeadLetterStore; the zero StoreConfig is valid.
+type StoreConfig struct {
 	// Visibility is the visibility timeout of the messages the store receives, renewed every
 	// half of it while the store is used. Whole seconds, 2 s to 12 h. Default 5 min.
 	Visibility time.Duration
 	// MaxMessages bounds how many messages the store receives and holds in memory; a queue with
-	// more is refused with ErrTooManyMessages. Default DefaultMaxMessages.
+	// more is refused with ErrTooManyMessages. Default DefaultStoreMaxMessages.
 	MaxMessages int
 }
 
 // Validate checks the configuration; errors are *millrace.ConfigError.
-func (c Config) Validate() error {
-	if c.Visibility != 0 && (c.Visibility < 2*time.Second || c.Visibility > sqs.MaxVisibility || c.Visibility%time.Second != 0) {
-		return &millrace.ConfigError{Field: "sqsstore.Config.Visibility", Value: c.Visibility.String(), Rule: "must be whole seconds between 2s and 12h (0 means 5m)"}
+func (c StoreConfig) Validate() error {
+	if c.Visibility != 0 && (c.Visibility < 2*time.Second || c.Visibility > MaxVisibility || c.Visibility%time.Second != 0) {
+		return &millrace.ConfigError{Field: "StoreConfig.Visibility", Value: c.Visibility.String(), Rule: "must be whole seconds between 2s and 12h (0 means 5m)"}
 	}
 	if c.MaxMessages < 0 {
-		return &millrace.ConfigError{Field: "sqsstore.Config.MaxMessages", Value: strconv.Itoa(c.MaxMessages), Rule: "must not be negative (0 means 100000)"}
+		return &millrace.ConfigError{Field: "StoreConfig.MaxMessages", Value: strconv.Itoa(c.MaxMessages), Rule: "must not be negative (0 means 100000)"}
 	}
 	return nil
 }
@@ -89,15 +89,15 @@ func (c Config) Validate() error {
 // held is one received message: the receipt handle of its latest receive.
 type held struct{ receipt string }
 
-// Store is one dead-letter queue. It is safe for concurrent use; close it to give back the
+// DeadLetterStore is one dead-letter queue. It is safe for concurrent use; close it to give back the
 // messages it holds.
-type Store struct {
-	a      *sqs.Adapter
+type DeadLetterStore struct {
+	a      *Adapter
 	client *awssqs.Client
 	topic  string // the dead-letter topic, as the adapter names it
 	queue  string
 	url    string
-	cfg    Config
+	cfg    StoreConfig
 
 	mu         sync.Mutex
 	log        snapshot.Log[*held]
@@ -107,11 +107,11 @@ type Store struct {
 	closed     bool
 }
 
-var _ deadletter.Store = (*Store)(nil)
+var _ deadletter.Store = (*DeadLetterStore)(nil)
 
-// New returns a store on the queue of dlqTopic (adapter a's DeadLetterTopic of a topic, or a
+// NewDeadLetterStore returns a store on the queue of dlqTopic (adapter a's DeadLetterTopic of a topic, or a
 // queue name), after checking that the queue exists (GetQueueUrl). Close leaves a open.
-func New(ctx context.Context, a *sqs.Adapter, dlqTopic string, cfg Config) (*Store, error) {
+func NewDeadLetterStore(ctx context.Context, a *Adapter, dlqTopic string, cfg StoreConfig) (*DeadLetterStore, error) {
 	if a == nil || dlqTopic == "" {
 		return nil, errors.New("sqsstore: an adapter and a dead-letter topic are required")
 	}
@@ -119,12 +119,12 @@ func New(ctx context.Context, a *sqs.Adapter, dlqTopic string, cfg Config) (*Sto
 		return nil, err
 	}
 	if cfg.Visibility == 0 {
-		cfg.Visibility = DefaultVisibility
+		cfg.Visibility = DefaultStoreVisibility
 	}
 	if cfg.MaxMessages == 0 {
-		cfg.MaxMessages = DefaultMaxMessages
+		cfg.MaxMessages = DefaultStoreMaxMessages
 	}
-	s := &Store{a: a, client: a.Client(), topic: dlqTopic, queue: a.QueueName(dlqTopic), cfg: cfg}
+	s := &DeadLetterStore{a: a, client: a.Client(), topic: dlqTopic, queue: a.QueueName(dlqTopic), cfg: cfg}
 	url, ok, err := QueueURL(ctx, s.client, s.queue)
 	if err != nil {
 		return nil, err
@@ -151,10 +151,10 @@ func QueueURL(ctx context.Context, client *awssqs.Client, name string) (url stri
 }
 
 // Queue returns the queue's name.
-func (s *Store) Queue() string { return s.queue }
+func (s *DeadLetterStore) Queue() string { return s.queue }
 
 // Close makes every message the store holds and did not delete visible again at once.
-func (s *Store) Close() error {
+func (s *DeadLetterStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -170,7 +170,7 @@ func (s *Store) Close() error {
 }
 
 // setVisibility changes the visibility of every held message, 10 per call.
-func (s *Store) setVisibility(ctx context.Context, d time.Duration) error {
+func (s *DeadLetterStore) setVisibility(ctx context.Context, d time.Duration) error {
 	hs := s.log.Handles()
 	var errs []error
 	for chunk := range slices.Chunk(hs, 10) {
@@ -192,9 +192,9 @@ func (s *Store) setVisibility(ctx context.Context, d time.Duration) error {
 	return errors.Join(errs...)
 }
 
-// keepHidden renews the visibility of the held messages every half Config.Visibility, so their
+// keepHidden renews the visibility of the held messages every half StoreConfig.Visibility, so their
 // receipt handles stay valid for Delete.
-func (s *Store) keepHidden(ctx context.Context) error {
+func (s *DeadLetterStore) keepHidden(ctx context.Context) error {
 	if s.live == 0 || time.Since(s.lastExtend) < s.cfg.Visibility/2 {
 		return nil
 	}
@@ -208,7 +208,7 @@ func (s *Store) keepHidden(ctx context.Context) error {
 // Put sends rec to the queue through the adapter's publisher (the adapter's own format), then
 // receives it like every other message and returns its MessageId. A queue cannot look a
 // delivery up, so writing the same record twice stores it twice.
-func (s *Store) Put(ctx context.Context, rec deadletter.Record) (string, error) {
+func (s *DeadLetterStore) Put(ctx context.Context, rec deadletter.Record) (string, error) {
 	if !rec.Reason.Valid() {
 		return "", fmt.Errorf("sqsstore: put: reason %q is not discarded, exhausted or malformed", rec.Reason)
 	}
@@ -233,7 +233,7 @@ func (s *Store) Put(ctx context.Context, rec deadletter.Record) (string, error) 
 }
 
 // Get returns the entry with id, receiving messages sent since the last read if needed.
-func (s *Store) Get(ctx context.Context, id string) (deadletter.Entry, error) {
+func (s *DeadLetterStore) Get(ctx context.Context, id string) (deadletter.Entry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.keepHidden(ctx); err != nil {
@@ -244,7 +244,7 @@ func (s *Store) Get(ctx context.Context, id string) (deadletter.Entry, error) {
 }
 
 // List returns up to page.Limit entries matching f after page.After, by send time.
-func (s *Store) List(ctx context.Context, f deadletter.Filter, page deadletter.Page) ([]deadletter.Entry, string, error) {
+func (s *DeadLetterStore) List(ctx context.Context, f deadletter.Filter, page deadletter.Page) ([]deadletter.Entry, string, error) {
 	if err := f.Validate(); err != nil {
 		return nil, "", err
 	}
@@ -260,7 +260,7 @@ func (s *Store) List(ctx context.Context, f deadletter.Filter, page deadletter.P
 }
 
 // Count returns the number of entries matching f.
-func (s *Store) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
+func (s *DeadLetterStore) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
 	if err := f.Validate(); err != nil {
 		return 0, err
 	}
@@ -276,7 +276,7 @@ func (s *Store) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
 }
 
 // Delete deletes the message with id from the queue (DeleteMessage with its receipt handle).
-func (s *Store) Delete(ctx context.Context, id string) error {
+func (s *DeadLetterStore) Delete(ctx context.Context, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.keepHidden(ctx); err != nil {
@@ -296,7 +296,7 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 }
 
 // read is refresh without the list of added entries.
-func (s *Store) read(ctx context.Context) error {
+func (s *DeadLetterStore) read(ctx context.Context) error {
 	_, err := s.refresh(ctx)
 	return err
 }
@@ -305,7 +305,7 @@ func (s *Store) read(ctx context.Context) error {
 // added. An empty short-poll receive can miss messages on SQS (it samples servers), so the
 // queue counts as drained only when ApproximateNumberOfMessages is 0 too, or a 1-second long
 // poll returns nothing.
-func (s *Store) refresh(ctx context.Context) ([]deadletter.Entry, error) {
+func (s *DeadLetterStore) refresh(ctx context.Context) ([]deadletter.Entry, error) {
 	if s.closed {
 		return nil, errors.New("sqsstore: store is closed")
 	}
@@ -364,7 +364,7 @@ func (s *Store) refresh(ctx context.Context) ([]deadletter.Entry, error) {
 }
 
 // looksEmpty reports whether SQS counts no visible message in the queue.
-func (s *Store) looksEmpty(ctx context.Context) (bool, error) {
+func (s *DeadLetterStore) looksEmpty(ctx context.Context) (bool, error) {
 	out, err := s.client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
 		QueueUrl: aws.String(s.url), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages},
 	})
@@ -381,7 +381,7 @@ func sentAt(m types.Message) int64 {
 }
 
 // decode turns a received message into an Entry, reading attributes as the adapter's
-// subscriber does (sqs.DecodeAttributes: packed metadata, binary values and types included). A
+// subscriber does (DecodeAttributes: packed metadata, binary values and types included). A
 // message that carries no valid record (sent by something else) is still returned, with an
 // empty Reason and the decode error as LastError, so an operator can see and purge it. When an
 // original attribute's data type is not a plain String (Number, Binary, String.json, ...),
@@ -389,10 +389,10 @@ func sentAt(m types.Message) int64 {
 // type, sorted by name (SQS attributes have no order).
 func decode(m types.Message) deadletter.Entry {
 	uuid := aws.ToString(m.MessageId)
-	if u := aws.ToString(m.MessageAttributes[sqs.AttrUUID].StringValue); u != "" {
+	if u := aws.ToString(m.MessageAttributes[AttrUUID].StringValue); u != "" {
 		uuid = u
 	}
-	md, typ, errs := sqs.DecodeAttributes(m.MessageAttributes)
+	md, typ, errs := DecodeAttributes(m.MessageAttributes)
 	msg := message.NewMessage(uuid, []byte(aws.ToString(m.Body)))
 	msg.Metadata = md
 	e := deadletter.Entry{ID: aws.ToString(m.MessageId)}

@@ -1,11 +1,11 @@
-// Package kafkastore reads a Kafka dead-letter topic (the one adapters/kafka writes,
+// Dead-letter store (was package deadletter/kafkastore): reads a Kafka dead-letter topic (the one adapters/kafka writes,
 // "<topic>.dlq") as a deadletter.Store, so that `millrace dlq` lists, shows, replays and purges
 // it like the table store.
 //
 // # Kafka cannot delete a record
 //
 // A record stays in its topic until retention removes it. The store therefore keeps its own
-// "removed" marks in a compacted marker topic, "<dlq topic>.replayed" (Config.MarkerSuffix):
+// "removed" marks in a compacted marker topic, "<dlq topic>.replayed" (StoreConfig.MarkerSuffix):
 // Delete writes one record keyed by the entry ID, acknowledged by the brokers (acks=all), and
 // every store reads the marks before it answers, so a replayed or purged dead letter is hidden
 // from later lists and replays. The marker topic is created (one partition,
@@ -24,7 +24,8 @@
 // partition, then offset; a --after cursor is an ID, valid in any later command. Each command
 // reads the partitions from their first retained offset to their end (payloads held in memory,
 // the topic is not changed by reading); dead letters of one partition keep their order.
-package kafkastore
+
+package kafka
 
 import (
 	"context"
@@ -41,20 +42,19 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/millrace/millrace"
-	"github.com/millrace/millrace/adapters/kafka"
 	"github.com/millrace/millrace/deadletter"
-	"github.com/millrace/millrace/deadletter/internal/snapshot"
-	"github.com/millrace/millrace/internal/kafkarecords"
+	dlsnapshot "github.com/millrace/millrace/internal/snapshot"
+	"github.com/millrace/millrace/adapters/kafka/internal/kafkarecords"
 )
 
 // DefaultMarkerSuffix names the marker topic of a dead-letter topic.
 const DefaultMarkerSuffix = ".replayed"
 
-// ErrTopicNotFound is returned by New and Open when the dead-letter topic does not exist.
+// ErrTopicNotFound is returned by NewDeadLetterStore and OpenDeadLetterStore when the dead-letter topic does not exist.
 var ErrTopicNotFound = errors.New("kafkastore: topic does not exist")
 
-// Config configures a Store; the zero Config is valid.
-type Config struct {
+// StoreConfig configures a DeadLetterStore; the zero StoreConfig is valid.
+type StoreConfig struct {
 	// MarkerSuffix is appended to the dead-letter topic to name the marker topic. Default
 	// DefaultMarkerSuffix.
 	MarkerSuffix string
@@ -67,17 +67,17 @@ type Config struct {
 }
 
 // Validate checks the configuration; errors are *millrace.ConfigError.
-func (c Config) Validate() error {
+func (c StoreConfig) Validate() error {
 	if c.ReadTimeout < 0 {
-		return &millrace.ConfigError{Field: "kafkastore.Config.ReadTimeout", Value: c.ReadTimeout.String(), Rule: "must not be negative (0 means 10s)"}
+		return &millrace.ConfigError{Field: "StoreConfig.ReadTimeout", Value: c.ReadTimeout.String(), Rule: "must not be negative (0 means 10s)"}
 	}
 	if strings.ContainsAny(c.MarkerSuffix, " /\\") {
-		return &millrace.ConfigError{Field: "kafkastore.Config.MarkerSuffix", Value: c.MarkerSuffix, Rule: "must hold only topic name characters"}
+		return &millrace.ConfigError{Field: "StoreConfig.MarkerSuffix", Value: c.MarkerSuffix, Rule: "must hold only topic name characters"}
 	}
 	return nil
 }
 
-func (c *Config) setDefaults() {
+func (c *StoreConfig) setDefaults() {
 	if c.MarkerSuffix == "" {
 		c.MarkerSuffix = DefaultMarkerSuffix
 	}
@@ -86,11 +86,11 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// SaramaConfig returns the client configuration the store needs: acks=all with synchronous
+// StoreSaramaConfig returns the client configuration the store needs: acks=all with synchronous
 // results for Put and the marks, no topic auto-creation, and read_committed reads (a dead
 // letter of a transaction the adapter aborted is no dead letter: its source record is still
 // to be handled).
-func SaramaConfig(base *sarama.Config) *sarama.Config {
+func StoreSaramaConfig(base *sarama.Config) *sarama.Config {
 	sc := sarama.NewConfig()
 	if base != nil {
 		cp := *base
@@ -111,18 +111,18 @@ func SaramaConfig(base *sarama.Config) *sarama.Config {
 	return sc
 }
 
-// Store is one dead-letter topic and its marker topic. It is safe for concurrent use.
-type Store struct {
+// DeadLetterStore is one dead-letter topic and its marker topic. It is safe for concurrent use.
+type DeadLetterStore struct {
 	client  sarama.Client
 	owned   bool
 	topic   string
 	markers string
-	cfg     Config
+	cfg     StoreConfig
 
 	mu       sync.Mutex
 	consumer sarama.Consumer
 	producer sarama.SyncProducer
-	log      snapshot.Log[struct{}]
+	log      dlsnapshot.Log[struct{}]
 	next     map[int32]int64 // next offset to read, per dead-letter partition
 	markNext map[int32]int64 // next offset to read, per marker partition
 	removed  map[string]bool // IDs marked removed
@@ -131,11 +131,11 @@ type Store struct {
 	markersExist bool
 }
 
-var _ deadletter.Store = (*Store)(nil)
+var _ deadletter.Store = (*DeadLetterStore)(nil)
 
-// New returns a store on topic through client (configured like SaramaConfig), after checking
+// NewDeadLetterStore returns a store on topic through client (configured like StoreSaramaConfig), after checking
 // that the topic exists. Close leaves client open.
-func New(client sarama.Client, topic string, cfg Config) (*Store, error) {
+func NewDeadLetterStore(client sarama.Client, topic string, cfg StoreConfig) (*DeadLetterStore, error) {
 	if client == nil || topic == "" {
 		return nil, errors.New("kafkastore: a client and a topic are required")
 	}
@@ -154,19 +154,19 @@ func New(client sarama.Client, topic string, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafkastore: consumer: %w", err)
 	}
-	return &Store{
+	return &DeadLetterStore{
 		client: client, topic: topic, markers: topic + cfg.MarkerSuffix, cfg: cfg, consumer: consumer,
 		next: map[int32]int64{}, markNext: map[int32]int64{}, removed: map[string]bool{},
 	}, nil
 }
 
-// Open connects to brokers and returns a store on topic that closes its client on Close.
-func Open(brokers []string, topic string, cfg Config, base *sarama.Config) (*Store, error) {
-	client, err := sarama.NewClient(brokers, SaramaConfig(base))
+// OpenDeadLetterStore connects to brokers and returns a store on topic that closes its client on Close.
+func OpenDeadLetterStore(brokers []string, topic string, cfg StoreConfig, base *sarama.Config) (*DeadLetterStore, error) {
+	client, err := sarama.NewClient(brokers, StoreSaramaConfig(base))
 	if err != nil {
 		return nil, fmt.Errorf("kafkastore: connect to %v: %w", brokers, err)
 	}
-	s, err := New(client, topic, cfg)
+	s, err := NewDeadLetterStore(client, topic, cfg)
 	if err != nil {
 		_ = client.Close()
 		return nil, err
@@ -189,13 +189,13 @@ func TopicExists(client sarama.Client, topic string) (bool, error) {
 }
 
 // Topic returns the dead-letter topic; MarkerTopic the topic of its removed marks.
-func (s *Store) Topic() string { return s.topic }
+func (s *DeadLetterStore) Topic() string { return s.topic }
 
 // MarkerTopic returns the compacted topic that records removed entries.
-func (s *Store) MarkerTopic() string { return s.markers }
+func (s *DeadLetterStore) MarkerTopic() string { return s.markers }
 
-// Close closes the store's consumer and producer (and the client Open created).
-func (s *Store) Close() error {
+// Close closes the store's consumer and producer (and the client OpenDeadLetterStore created).
+func (s *DeadLetterStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
@@ -213,7 +213,7 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-func (s *Store) syncProducer() (sarama.SyncProducer, error) {
+func (s *DeadLetterStore) syncProducer() (sarama.SyncProducer, error) {
 	if s.producer == nil {
 		p, err := sarama.NewSyncProducerFromClient(s.client)
 		if err != nil {
@@ -228,7 +228,7 @@ func (s *Store) syncProducer() (sarama.SyncProducer, error) {
 // record keys as headers, UUID in watermill's header), keyed by rec.OriginalKey, and returns
 // its position. A topic cannot look a delivery up, so writing the same record twice stores it
 // twice.
-func (s *Store) Put(_ context.Context, rec deadletter.Record) (string, error) {
+func (s *DeadLetterStore) Put(_ context.Context, rec deadletter.Record) (string, error) {
 	if !rec.Reason.Valid() {
 		return "", fmt.Errorf("kafkastore: put: reason %q is not discarded, exhausted or malformed", rec.Reason)
 	}
@@ -249,16 +249,16 @@ func (s *Store) Put(_ context.Context, rec deadletter.Record) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("kafkastore: put to %s: %w", s.topic, err)
 	}
-	return FormatID(part, off), nil
+	return FormatStoreID(part, off), nil
 }
 
-// FormatID returns the ID of the record at partition and offset: "<partition>@<offset>".
-func FormatID(partition int32, offset int64) string {
+// FormatStoreID returns the ID of the record at partition and offset: "<partition>@<offset>".
+func FormatStoreID(partition int32, offset int64) string {
 	return strconv.FormatInt(int64(partition), 10) + "@" + strconv.FormatInt(offset, 10)
 }
 
-// ParseID reads an ID written by FormatID.
-func ParseID(id string) (partition int32, offset int64, err error) {
+// ParseStoreID reads an ID written by FormatStoreID.
+func ParseStoreID(id string) (partition int32, offset int64, err error) {
 	p, o, ok := strings.Cut(id, "@")
 	if ok {
 		pn, err1 := strconv.ParseInt(p, 10, 32)
@@ -270,14 +270,14 @@ func ParseID(id string) (partition int32, offset int64, err error) {
 	return 0, 0, fmt.Errorf("%w: %q is not <partition>@<offset>", deadletter.ErrInvalidID, id)
 }
 
-func parseKey(id string) (snapshot.Key, bool) {
-	p, o, err := ParseID(id)
-	return snapshot.Key{A: int64(p), B: o}, err == nil
+func parseKey(id string) (dlsnapshot.Key, bool) {
+	p, o, err := ParseStoreID(id)
+	return dlsnapshot.Key{A: int64(p), B: o}, err == nil
 }
 
 // Get returns the entry with id unless it is marked removed.
-func (s *Store) Get(ctx context.Context, id string) (deadletter.Entry, error) {
-	if _, _, err := ParseID(id); err != nil {
+func (s *DeadLetterStore) Get(ctx context.Context, id string) (deadletter.Entry, error) {
+	if _, _, err := ParseStoreID(id); err != nil {
 		return deadletter.Entry{}, err
 	}
 	s.mu.Lock()
@@ -292,12 +292,12 @@ func (s *Store) Get(ctx context.Context, id string) (deadletter.Entry, error) {
 }
 
 // List returns up to page.Limit entries matching f after page.After, by partition and offset.
-func (s *Store) List(ctx context.Context, f deadletter.Filter, page deadletter.Page) ([]deadletter.Entry, string, error) {
+func (s *DeadLetterStore) List(ctx context.Context, f deadletter.Filter, page deadletter.Page) ([]deadletter.Entry, string, error) {
 	if err := f.Validate(); err != nil {
 		return nil, "", err
 	}
 	if page.After != "" {
-		if _, _, err := ParseID(page.After); err != nil {
+		if _, _, err := ParseStoreID(page.After); err != nil {
 			return nil, "", err
 		}
 	}
@@ -310,7 +310,7 @@ func (s *Store) List(ctx context.Context, f deadletter.Filter, page deadletter.P
 }
 
 // Count returns the number of entries matching f.
-func (s *Store) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
+func (s *DeadLetterStore) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
 	if err := f.Validate(); err != nil {
 		return 0, err
 	}
@@ -324,8 +324,8 @@ func (s *Store) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
 
 // Delete marks the entry with id removed: a record in the marker topic, acknowledged by the
 // brokers. The dead letter's bytes stay in the dead-letter topic until its retention ends.
-func (s *Store) Delete(ctx context.Context, id string) error {
-	if _, _, err := ParseID(id); err != nil {
+func (s *DeadLetterStore) Delete(ctx context.Context, id string) error {
+	if _, _, err := ParseStoreID(id); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -357,7 +357,7 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 }
 
 // ensureMarkerTopic creates the compacted marker topic if it is missing.
-func (s *Store) ensureMarkerTopic() error {
+func (s *DeadLetterStore) ensureMarkerTopic() error {
 	if ok, err := TopicExists(s.client, s.markers); err != nil || ok {
 		return err
 	}
@@ -389,7 +389,7 @@ func (s *Store) ensureMarkerTopic() error {
 
 // refresh reads the marks, and the dead-letter records appended since the last read unless
 // marksOnly. Records are immutable: what was read once stays valid.
-func (s *Store) refresh(ctx context.Context, marksOnly bool) error {
+func (s *DeadLetterStore) refresh(ctx context.Context, marksOnly bool) error {
 	if s.consumer == nil {
 		return errors.New("kafkastore: store is closed")
 	}
@@ -413,7 +413,7 @@ func (s *Store) refresh(ctx context.Context, marksOnly bool) error {
 		if s.log.Has(e.ID) || addErr != nil {
 			return
 		}
-		addErr = s.log.Add(e, snapshot.Key{A: int64(m.Partition), B: m.Offset}, struct{}{})
+		addErr = s.log.Add(e, dlsnapshot.Key{A: int64(m.Partition), B: m.Offset}, struct{}{})
 		if s.removed[e.ID] {
 			s.log.Remove(e.ID)
 		}
@@ -423,7 +423,7 @@ func (s *Store) refresh(ctx context.Context, marksOnly bool) error {
 
 // readTopic reads every partition of topic from next[p] (at least its oldest offset) to its
 // current end. A missing topic reads as empty when optional.
-func (s *Store) readTopic(ctx context.Context, topic string, next map[int32]int64, optional bool, fn func(*sarama.ConsumerMessage)) error {
+func (s *DeadLetterStore) readTopic(ctx context.Context, topic string, next map[int32]int64, optional bool, fn func(*sarama.ConsumerMessage)) error {
 	if optional && !s.markersExist {
 		ok, err := TopicExists(s.client, topic)
 		if err != nil || !ok {
@@ -455,7 +455,7 @@ func (s *Store) readTopic(ctx context.Context, topic string, next map[int32]int6
 	return nil
 }
 
-func (s *Store) readPartition(ctx context.Context, topic string, p int32, start, end int64, fn func(*sarama.ConsumerMessage)) error {
+func (s *DeadLetterStore) readPartition(ctx context.Context, topic string, p int32, start, end int64, fn func(*sarama.ConsumerMessage)) error {
 	pc, err := s.consumer.ConsumePartition(topic, p, start)
 	if err != nil {
 		return fmt.Errorf("kafkastore: read %s/%d from %d: %w", topic, p, start, err)
@@ -515,8 +515,8 @@ const quietCheck = 250 * time.Millisecond
 //
 // Record.Metadata holds the headers as a map (of repeated names the last wins). When the
 // original record's headers repeat a name, which a map cannot hold, Record.Native holds them
-// all, in order, names unescaped (Type kafka.NativeHeader): the original headers counted by
-// kafka.KeyOriginalHeaders for a dead letter adapters/kafka wrote, every header for a record
+// all, in order, names unescaped (Type NativeHeader): the original headers counted by
+// KeyOriginalHeaders for a dead letter adapters/kafka wrote, every header for a record
 // written by something else.
 func decode(m *sarama.ConsumerMessage) deadletter.Entry {
 	md := make(message.Metadata, len(m.Headers))
@@ -525,12 +525,12 @@ func decode(m *sarama.ConsumerMessage) deadletter.Entry {
 			md[string(h.Key)] = string(h.Value)
 		}
 	}
-	native, counted := kafka.OriginalHeaders(m.Headers)
+	native, counted := OriginalHeaders(m.Headers)
 	uuid := md[wmkafka.UUIDHeaderKey]
 	delete(md, wmkafka.UUIDHeaderKey)
 	msg := message.NewMessage(uuid, m.Value)
 	msg.Metadata = md
-	e := deadletter.Entry{ID: FormatID(m.Partition, m.Offset), StoredAt: m.Timestamp}
+	e := deadletter.Entry{ID: FormatStoreID(m.Partition, m.Offset), StoredAt: m.Timestamp}
 	rec, err := deadletter.FromMessage(msg)
 	if err != nil {
 		rec = deadletter.Record{UUID: uuid, Payload: m.Value, Metadata: md, LastError: "not a millrace dead letter: " + err.Error()}
@@ -548,7 +548,7 @@ func rawHeaders(hs []*sarama.RecordHeader) []deadletter.Field {
 	out := make([]deadletter.Field, 0, len(hs))
 	for _, h := range hs {
 		if h != nil {
-			out = append(out, deadletter.Field{Name: string(h.Key), Type: kafka.NativeHeader, Value: h.Value})
+			out = append(out, deadletter.Field{Name: string(h.Key), Type: NativeHeader, Value: h.Value})
 		}
 	}
 	return out

@@ -1,4 +1,4 @@
-package sqsstore_test
+package sqs_test
 
 import (
 	"context"
@@ -17,7 +17,6 @@ import (
 
 	"github.com/millrace/millrace/adapters/sqs"
 	"github.com/millrace/millrace/deadletter"
-	"github.com/millrace/millrace/deadletter/sqsstore"
 	"github.com/millrace/millrace/deadletter/storetest"
 	"github.com/millrace/millrace/internal/testenv"
 )
@@ -66,7 +65,7 @@ func createDLQ(t *testing.T, a *sqs.Adapter) string {
 func TestStore(t *testing.T) {
 	a := adapter(t)
 	storetest.Run(t, func(t *testing.T) deadletter.Store {
-		s, err := sqsstore.New(context.Background(), a, createDLQ(t, a), sqsstore.Config{})
+		s, err := sqs.NewDeadLetterStore(context.Background(), a, createDLQ(t, a), sqs.StoreConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +75,7 @@ func TestStore(t *testing.T) {
 
 func visible(t *testing.T, a *sqs.Adapter, queue string) string {
 	t.Helper()
-	url, _, err := sqsstore.QueueURL(context.Background(), a.Client(), queue)
+	url, _, err := sqs.QueueURL(context.Background(), a.Client(), queue)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +94,7 @@ func TestCloseGivesBack(t *testing.T) {
 	a := adapter(t)
 	topic := createDLQ(t, a)
 	ctx := context.Background()
-	s1, err := sqsstore.New(ctx, a, topic, sqsstore.Config{})
+	s1, err := sqs.NewDeadLetterStore(ctx, a, topic, sqs.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +118,7 @@ func TestCloseGivesBack(t *testing.T) {
 	if n := visible(t, a, s1.Queue()); n != "2" {
 		t.Fatalf("%s messages visible after Close, want 2", n)
 	}
-	s2, err := sqsstore.New(ctx, a, topic, sqsstore.Config{})
+	s2, err := sqs.NewDeadLetterStore(ctx, a, topic, sqs.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,10 +135,10 @@ func TestCloseGivesBack(t *testing.T) {
 
 func TestMissingQueueAndConfig(t *testing.T) {
 	a := adapter(t)
-	if _, err := sqsstore.New(context.Background(), a, "millrace-test-no-such-queue-dlq", sqsstore.Config{}); !errors.Is(err, sqsstore.ErrQueueNotFound) {
+	if _, err := sqs.NewDeadLetterStore(context.Background(), a, "millrace-test-no-such-queue-dlq", sqs.StoreConfig{}); !errors.Is(err, sqs.ErrQueueNotFound) {
 		t.Fatalf("New on a missing queue: %v, want ErrQueueNotFound", err)
 	}
-	for _, c := range []sqsstore.Config{{Visibility: time.Second}, {Visibility: 1500 * time.Millisecond}, {MaxMessages: -1}} {
+	for _, c := range []sqs.StoreConfig{{Visibility: time.Second}, {Visibility: 1500 * time.Millisecond}, {MaxMessages: -1}} {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%+v accepted", c)
 		}

@@ -1,4 +1,4 @@
-package kafkastore
+package kafka
 
 import (
 	"bytes"
@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/IBM/sarama"
-
-	"github.com/millrace/millrace/adapters/kafka"
 	"github.com/millrace/millrace/deadletter"
 )
 
@@ -26,16 +24,16 @@ func TestDecodeKeepsRepeatedHeaders(t *testing.T) {
 		hdr(deadletter.KeyReason, "exhausted"),
 		hdr(deadletter.KeyAttempts, "3"),
 		hdr(deadletter.KeyOriginalTopic, "orders"),
-		hdr(kafka.KeyOriginalHeaders, "3"),
+		hdr(KeyOriginalHeaders, "3"),
 	}}
 	e := decode(m)
 	if e.Record.Reason != deadletter.Exhausted || e.Record.Attempts != 3 || e.Record.OriginalTopic != "orders" {
 		t.Fatalf("record %+v", e.Record)
 	}
 	want := []deadletter.Field{
-		{Name: "trace", Type: kafka.NativeHeader, Value: []byte("a")},
-		{Name: "millrace-dlq-reason", Type: kafka.NativeHeader, Value: []byte("forged")},
-		{Name: "trace", Type: kafka.NativeHeader, Value: []byte("\x00\xff")},
+		{Name: "trace", Type: NativeHeader, Value: []byte("a")},
+		{Name: "millrace-dlq-reason", Type: NativeHeader, Value: []byte("forged")},
+		{Name: "trace", Type: NativeHeader, Value: []byte("\x00\xff")},
 	}
 	if !fieldsEqual(e.Record.Native, want) {
 		t.Fatalf("native %q, want %q", e.Record.Native, want)
@@ -87,10 +85,10 @@ func parseHeaders(b []byte) []*sarama.RecordHeader {
 	return hs
 }
 
-// FuzzDecode decodes arbitrary dead-letter records: never a panic; a decoded record has a
+// FuzzDeadLetterStoreDecode decodes arbitrary dead-letter records: never a panic; a decoded record has a
 // valid reason and at least one attempt, or none at all (shown raw); Native, when set, is the
 // original headers exactly; allocation stays proportional to the bytes present.
-func FuzzDecode(f *testing.F) {
+func FuzzDeadLetterStoreDecode(f *testing.F) {
 	enc := func(kv ...string) []byte {
 		var b []byte
 		for _, s := range kv {
@@ -99,10 +97,10 @@ func FuzzDecode(f *testing.F) {
 		}
 		return b
 	}
-	f.Add([]byte("payload"), enc("a", "1", "a", "2", deadletter.KeyReason, "malformed", deadletter.KeyAttempts, "1", kafka.KeyOriginalHeaders, "2"))
+	f.Add([]byte("payload"), enc("a", "1", "a", "2", deadletter.KeyReason, "malformed", deadletter.KeyAttempts, "1", KeyOriginalHeaders, "2"))
 	f.Add([]byte{0xff}, enc(deadletter.KeyReason, "exhausted", deadletter.KeyAttempts, "-3"))
 	f.Add([]byte{}, enc(deadletter.KeyReason, "exhausted", deadletter.KeyAttempts, "99999999999999999999999"))
-	f.Add([]byte("x"), enc(kafka.KeyOriginalHeaders, "4294967296", deadletter.KeyReason, "discarded", deadletter.KeyAttempts, "1"))
+	f.Add([]byte("x"), enc(KeyOriginalHeaders, "4294967296", deadletter.KeyReason, "discarded", deadletter.KeyAttempts, "1"))
 	f.Add([]byte("x"), enc(deadletter.KeyReason, "discarded", deadletter.KeyAttempts, "1", deadletter.KeyLastFailure, "yesterday"))
 	f.Fuzz(func(t *testing.T, value, headers []byte) {
 		hs := parseHeaders(headers)

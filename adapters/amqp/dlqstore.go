@@ -1,4 +1,4 @@
-// Package amqpstore reads and writes a RabbitMQ dead-letter queue (the one adapters/amqp
+// Dead-letter store (was package deadletter/amqpstore): reads and writes a RabbitMQ dead-letter queue (the one adapters/amqp
 // writes, "<queue>.dlq" by default) as a deadletter.Store, so that `millrace dlq` lists, shows,
 // replays and purges it like the table store.
 //
@@ -12,7 +12,7 @@
 // broker requeues them when the connection drops: nothing is lost either way.
 //
 // The costs: every command reads (and holds in memory) the whole queue, up to
-// Config.MaxMessages; while a command runs, the messages it holds are invisible to any other
+// StoreConfig.MaxMessages; while a command runs, the messages it holds are invisible to any other
 // consumer of the queue, including a second `millrace dlq` command, which sees the queue without
 // them; and requeued messages go back to their original position where RabbitMQ can, but the
 // order is not guaranteed (quorum queues, messages added meanwhile), so the order of `list` may
@@ -25,7 +25,8 @@
 // changes. Two identical messages (the same dead letter written twice) share the hash; the
 // later ones get "-2", "-3", ... in queue order, which is harmless: they are interchangeable.
 // A --after cursor is an ID; it works across commands while its entry is still in the queue.
-package amqpstore
+
+package amqp
 
 import (
 	"context"
@@ -43,46 +44,45 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/millrace/millrace"
-	"github.com/millrace/millrace/adapters/amqp"
 	"github.com/millrace/millrace/deadletter"
-	"github.com/millrace/millrace/deadletter/internal/snapshot"
+	"github.com/millrace/millrace/internal/snapshot"
 )
 
-// DefaultMaxMessages is Config.MaxMessages when zero.
-const DefaultMaxMessages = 100_000
+// DefaultStoreMaxMessages is StoreConfig.MaxMessages when zero.
+const DefaultStoreMaxMessages = 100_000
 
-// ErrQueueNotFound is returned by New and Open when the dead-letter queue does not exist.
+// ErrQueueNotFound is returned by NewDeadLetterStore and OpenDeadLetterStore when the dead-letter queue does not exist.
 var ErrQueueNotFound = errors.New("amqpstore: queue does not exist")
 
-// ErrTooManyMessages is returned when the queue holds more than Config.MaxMessages messages.
-var ErrTooManyMessages = errors.New("amqpstore: queue holds more messages than Config.MaxMessages")
+// ErrTooManyMessages is returned when the queue holds more than StoreConfig.MaxMessages messages.
+var ErrTooManyMessages = errors.New("amqpstore: queue holds more messages than StoreConfig.MaxMessages")
 
-// Config configures a Store; the zero Config is valid.
-type Config struct {
+// StoreConfig configures a DeadLetterStore; the zero StoreConfig is valid.
+type StoreConfig struct {
 	// MaxMessages bounds how many messages the store takes from the queue and holds in memory.
 	// A queue with more is refused with ErrTooManyMessages rather than shown in part (the
-	// messages taken so far are requeued). Default DefaultMaxMessages.
+	// messages taken so far are requeued). Default DefaultStoreMaxMessages.
 	MaxMessages int
 	// Marshaler decodes and encodes messages; it must be the one the adapter uses (its
-	// UUIDHeader). Default amqp.Marshaler{}, the adapter's default.
-	Marshaler amqp.Marshaler
+	// UUIDHeader). Default Marshaler{}, the adapter's default.
+	Marshaler Marshaler
 }
 
 // Validate checks the configuration; errors are *millrace.ConfigError.
-func (c Config) Validate() error {
+func (c StoreConfig) Validate() error {
 	if c.MaxMessages < 0 {
-		return &millrace.ConfigError{Field: "amqpstore.Config.MaxMessages", Value: strconv.Itoa(c.MaxMessages), Rule: "must not be negative (0 means 100000)"}
+		return &millrace.ConfigError{Field: "StoreConfig.MaxMessages", Value: strconv.Itoa(c.MaxMessages), Rule: "must not be negative (0 means 100000)"}
 	}
 	return nil
 }
 
-// Store is one dead-letter queue. It is safe for concurrent use; close it to give back the
+// DeadLetterStore is one dead-letter queue. It is safe for concurrent use; close it to give back the
 // messages it holds.
-type Store struct {
+type DeadLetterStore struct {
 	conn  *amqp091.Connection
 	owned bool
 	queue string
-	cfg   Config
+	cfg   StoreConfig
 
 	mu  sync.Mutex
 	ch  *amqp091.Channel // holds the unacknowledged deliveries
@@ -95,11 +95,11 @@ type Store struct {
 	closed  bool
 }
 
-var _ deadletter.Store = (*Store)(nil)
+var _ deadletter.Store = (*DeadLetterStore)(nil)
 
-// New returns a store on queue over conn, after checking that the queue exists (a passive
+// NewDeadLetterStore returns a store on queue over conn, after checking that the queue exists (a passive
 // declare). Close leaves conn open.
-func New(conn *amqp091.Connection, queue string, cfg Config) (*Store, error) {
+func NewDeadLetterStore(conn *amqp091.Connection, queue string, cfg StoreConfig) (*DeadLetterStore, error) {
 	if conn == nil || queue == "" {
 		return nil, errors.New("amqpstore: a connection and a queue name are required")
 	}
@@ -107,7 +107,7 @@ func New(conn *amqp091.Connection, queue string, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	if cfg.MaxMessages == 0 {
-		cfg.MaxMessages = DefaultMaxMessages
+		cfg.MaxMessages = DefaultStoreMaxMessages
 	}
 	if err := checkQueue(conn, queue); err != nil {
 		return nil, err
@@ -116,12 +116,12 @@ func New(conn *amqp091.Connection, queue string, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("amqpstore: open channel: %w", err)
 	}
-	return &Store{conn: conn, queue: queue, cfg: cfg, ch: ch}, nil
+	return &DeadLetterStore{conn: conn, queue: queue, cfg: cfg, ch: ch}, nil
 }
 
-// Open connects to url (amqp:// or amqps://) and returns a store on queue that closes its
+// OpenDeadLetterStore connects to url (amqp:// or amqps://) and returns a store on queue that closes its
 // connection on Close.
-func Open(ctx context.Context, url, queue string, cfg Config) (*Store, error) {
+func OpenDeadLetterStore(ctx context.Context, url, queue string, cfg StoreConfig) (*DeadLetterStore, error) {
 	dial := amqp091.DefaultDial(10 * time.Second)
 	if dl, ok := ctx.Deadline(); ok {
 		dial = amqp091.DefaultDial(time.Until(dl))
@@ -130,7 +130,7 @@ func Open(ctx context.Context, url, queue string, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("amqpstore: connect: %w", err)
 	}
-	s, err := New(conn, queue, cfg)
+	s, err := NewDeadLetterStore(conn, queue, cfg)
 	if err != nil {
 		_ = conn.Close()
 		return nil, err
@@ -158,11 +158,11 @@ func checkQueue(conn *amqp091.Connection, queue string) error {
 }
 
 // Queue returns the queue's name.
-func (s *Store) Queue() string { return s.queue }
+func (s *DeadLetterStore) Queue() string { return s.queue }
 
 // Close requeues every message the store holds and not deleted, then closes its channels (and
-// the connection Open created).
-func (s *Store) Close() error {
+// the connection OpenDeadLetterStore created).
+func (s *DeadLetterStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -190,7 +190,7 @@ func (s *Store) Close() error {
 // Put publishes rec to the queue (default exchange, mandatory, confirmed) in the adapter's
 // format, then takes it like every other message and returns its ID. A queue cannot look a
 // delivery up, so writing the same record twice stores it twice.
-func (s *Store) Put(ctx context.Context, rec deadletter.Record) (string, error) {
+func (s *DeadLetterStore) Put(ctx context.Context, rec deadletter.Record) (string, error) {
 	if !rec.Reason.Valid() {
 		return "", fmt.Errorf("amqpstore: put: reason %q is not discarded, exhausted or malformed", rec.Reason)
 	}
@@ -216,7 +216,7 @@ func (s *Store) Put(ctx context.Context, rec deadletter.Record) (string, error) 
 	return id, nil
 }
 
-func (s *Store) publish(ctx context.Context, rec deadletter.Record) error {
+func (s *DeadLetterStore) publish(ctx context.Context, rec deadletter.Record) error {
 	if s.pub == nil {
 		ch, err := s.conn.Channel()
 		if err != nil {
@@ -254,7 +254,7 @@ func (s *Store) publish(ctx context.Context, rec deadletter.Record) error {
 }
 
 // Get returns the entry with id, reading messages that arrived since the last read if needed.
-func (s *Store) Get(ctx context.Context, id string) (deadletter.Entry, error) {
+func (s *DeadLetterStore) Get(ctx context.Context, id string) (deadletter.Entry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, _, err := s.log.Find(ctx, id, s.queue, s.read)
@@ -262,7 +262,7 @@ func (s *Store) Get(ctx context.Context, id string) (deadletter.Entry, error) {
 }
 
 // List returns up to page.Limit entries matching f after page.After, in queue order.
-func (s *Store) List(ctx context.Context, f deadletter.Filter, page deadletter.Page) ([]deadletter.Entry, string, error) {
+func (s *DeadLetterStore) List(ctx context.Context, f deadletter.Filter, page deadletter.Page) ([]deadletter.Entry, string, error) {
 	if err := f.Validate(); err != nil {
 		return nil, "", err
 	}
@@ -275,7 +275,7 @@ func (s *Store) List(ctx context.Context, f deadletter.Filter, page deadletter.P
 }
 
 // Count returns the number of entries matching f.
-func (s *Store) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
+func (s *DeadLetterStore) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
 	if err := f.Validate(); err != nil {
 		return 0, err
 	}
@@ -288,7 +288,7 @@ func (s *Store) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
 }
 
 // Delete acknowledges the message with id: it leaves the queue for good.
-func (s *Store) Delete(ctx context.Context, id string) error {
+func (s *DeadLetterStore) Delete(ctx context.Context, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, tag, err := s.log.Find(ctx, id, s.queue, s.read)
@@ -304,14 +304,14 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 }
 
 // read is refresh without the list of added entries.
-func (s *Store) read(ctx context.Context) error {
+func (s *DeadLetterStore) read(ctx context.Context) error {
 	_, err := s.refresh(ctx)
 	return err
 }
 
 // refresh takes every ready message of the queue into the log, unacknowledged, and returns
 // the entries it added.
-func (s *Store) refresh(ctx context.Context) ([]deadletter.Entry, error) {
+func (s *DeadLetterStore) refresh(ctx context.Context) ([]deadletter.Entry, error) {
 	if s.closed {
 		return nil, errors.New("amqpstore: store is closed")
 	}
@@ -347,7 +347,7 @@ func (s *Store) refresh(ctx context.Context) ([]deadletter.Entry, error) {
 
 // deliveryKeys are the metadata keys the marshaler adds from the delivery itself; a stored
 // dead letter's metadata never carried them as headers (the adapter does not write them).
-var deliveryKeys = []string{amqp.MetadataRoutingKey, amqp.MetadataDeliveryRoutingKey, amqp.MetadataExchange, amqp.MetadataRedelivered}
+var deliveryKeys = []string{MetadataRoutingKey, MetadataDeliveryRoutingKey, MetadataExchange, MetadataRedelivered}
 
 // decode turns a delivery into an Entry. A message that carries no valid record (published by
 // something else) is still returned, with an empty Reason and the decode error as LastError,
@@ -357,7 +357,7 @@ var deliveryKeys = []string{amqp.MetadataRoutingKey, amqp.MetadataDeliveryRoutin
 // (decimal, RFC 3339, base64, JSON), so show prints it; such headers are also in Record.Native
 // with their AMQP type and exact encoding (see nativeHeaders), so that a replay that cannot
 // re-publish them exactly refuses the record rather than turn them into text.
-func (s *Store) decode(d amqp091.Delivery) deadletter.Entry {
+func (s *DeadLetterStore) decode(d amqp091.Delivery) deadletter.Entry {
 	msg, _ := s.cfg.Marshaler.Unmarshal(d) // never fails
 	for _, k := range deliveryKeys {
 		delete(msg.Metadata, k)
