@@ -16,8 +16,6 @@ import (
 	"github.com/millrace/millrace/internal/testenv"
 )
 
-
-
 func dial(t *testing.T) *amqp091.Connection {
 	t.Helper()
 	conn, err := amqp091.DialConfig(brokerURL(), amqp091.Config{Dial: amqp091.DefaultDial(3 * time.Second)})

@@ -42,9 +42,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/adapters/kafka/internal/kafkarecords"
 	"github.com/millrace/millrace/deadletter"
 	dlsnapshot "github.com/millrace/millrace/internal/snapshot"
-	"github.com/millrace/millrace/adapters/kafka/internal/kafkarecords"
 )
 
 // DefaultMarkerSuffix names the marker topic of a dead-letter topic.

@@ -12,9 +12,9 @@ import (
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/kafka"
+	"github.com/millrace/millrace/adapters/kafka/internal/kafkarecords"
 	"github.com/millrace/millrace/conformance"
 	"github.com/millrace/millrace/deadletter"
-	"github.com/millrace/millrace/adapters/kafka/internal/kafkarecords"
 )
 
 // The harness is a foreign producer for the hostile-input battery (conformance.Foreign): it

@@ -50,7 +50,9 @@ func FuzzDeadLetterStoreDecode(f *testing.F) {
 		var e deadletter.Entry
 		// The least of three runs: TotalAlloc is process-wide, and the fuzzing machinery's own
 		// goroutines may allocate during one measurement; decode's own cost does not vary.
-		run := func() uint64 { return allocatedBy(func() { e = decodeStoreEntry(wire.Entry{ID: "1-1", Fields: fields}) }) }
+		run := func() uint64 {
+			return allocatedBy(func() { e = decodeStoreEntry(wire.Entry{ID: "1-1", Fields: fields}) })
+		}
 		if n := min(run(), run(), run()); n > 8192+64*uint64(len(b)) {
 			t.Fatalf("decoding %d bytes allocated %d", len(b), n)
 		}
