@@ -1,0 +1,78 @@
+package plan
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/millrace/millrace"
+)
+
+// Duration is a time.Duration that JSON writes as Go duration text ("1m0s").
+type Duration time.Duration
+
+// String returns the Go duration text.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes d as Go duration text.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads Go duration text.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration %q: %w", s, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// PolicySteps returns the retries of p as the policy alone asks for them: the wait after
+// attempt n is at least Backoff.MinDelay(n) and at most the delay without jitter.
+func PolicySteps(p millrace.RetryPolicy) []Step {
+	if p.Backoff == nil || p.MaxAttempts < 2 {
+		return nil
+	}
+	steps := make([]Step, 0, p.MaxAttempts-1)
+	for n := 1; n < p.MaxAttempts; n++ {
+		steps = append(steps, Step{After: n, Min: Duration(p.Backoff.MinDelay(n)), Max: Duration(longestDelay(p.Backoff, n))})
+	}
+	return steps
+}
+
+// longestDelay is the longest delay b can give before retry n: jitter only ever shortens an
+// exponential delay, so its unjittered value.
+func longestDelay(b millrace.Backoff, n int) time.Duration {
+	if e, ok := b.(millrace.Exponential); ok {
+		e.Jitter = 0
+		return e.Delay(n)
+	}
+	return max(b.Delay(n), b.MinDelay(n))
+}
+
+// GiveUp bounds the time from the start of the first of attempts to its dead letter: the
+// retries' waits (steps), and each attempt taking nothing (Min) or its whole budget (Max). A
+// budget of 0 leaves the attempts' time unbounded.
+func GiveUp(attempts int, steps []Step, budget time.Duration) Range {
+	var r Range
+	for _, s := range steps {
+		r.Min += s.Min
+		r.Max += s.Max
+	}
+	r.Max += Duration(time.Duration(attempts) * budget)
+	r.Unbounded = budget <= 0
+	return r
+}
+
+// MapSteps applies a broker's own delay rounding to every wait of steps: f is the delay the
+// broker waits when asked for d (SQS rounds up to whole seconds, a tiered broker picks a tier).
+func MapSteps(steps []Step, f func(d time.Duration) time.Duration) {
+	for i := range steps {
+		steps[i].Min = Duration(f(time.Duration(steps[i].Min)))
+		steps[i].Max = Duration(f(time.Duration(steps[i].Max)))
+	}
+}
