@@ -22,8 +22,8 @@ type fakeAdapter struct {
 }
 
 func (f fakeAdapter) Capabilities() millrace.Capabilities { return f.caps }
-func (fakeAdapter) Publisher() message.Publisher            { return nil }
-func (fakeAdapter) Subscriber() message.Subscriber          { return nil }
+func (fakeAdapter) Publisher() message.Publisher          { return nil }
+func (fakeAdapter) Subscriber() message.Subscriber        { return nil }
 func (fakeAdapter) Provision(context.Context, string, millrace.RetryPolicy) error {
 	return nil
 }
@@ -32,8 +32,8 @@ func (fakeAdapter) ScheduleRetry(context.Context, *message.Message, millrace.Ret
 	return 0, nil
 }
 func (fakeAdapter) DeadLetter(context.Context, *message.Message, deadletter.Record) error { return nil }
-func (fakeAdapter) DeadLetterTopic(t string) string                                     { return t + ".dlq" }
-func (fakeAdapter) Close() error                                                        { return nil }
+func (fakeAdapter) DeadLetterTopic(t string) string                                       { return t + ".dlq" }
+func (fakeAdapter) Close() error                                                          { return nil }
 
 // boundedAdapter is a fakeAdapter with a processing bound (millrace.BudgetBounded).
 type boundedAdapter struct {
