@@ -40,11 +40,10 @@ func (a *Adapter) Provision(ctx context.Context, topic string, policy millrace.R
 	if err := policy.ValidateFor(a.Capabilities()); err != nil {
 		return err
 	}
-	need := retentionNeeded(policy, a.cfg.VisibilityTimeout)
-	if need > MaxRetention {
-		return &millrace.ConfigError{Field: "RetryPolicy", Value: need.String() + " from first receive to give-up", Limit: true,
-			Rule: fmt.Sprintf("exceeds SQS's longest message retention %s: messages would expire before their last attempt", MaxRetention)}
+	if err := checkRetention(policy, a.cfg.VisibilityTimeout); err != nil {
+		return err
 	}
+	need := retentionNeeded(policy, a.cfg.VisibilityTimeout)
 
 	dlqName := a.QueueName(a.DeadLetterTopic(topic))
 	dlqURL, err := a.provisionQueue(ctx, dlqName, map[string]string{attrRetention: seconds(a.cfg.DeadLetterRetention)},
@@ -166,6 +165,16 @@ func (a *Adapter) queueAttribute(ctx context.Context, url, attr string) (string,
 func retentionNeeded(p millrace.RetryPolicy, visibility time.Duration) time.Duration {
 	n := time.Duration(p.MaxAttempts)
 	return (n-1)*p.MaxDelay() + n*visibility
+}
+
+// checkRetention refuses a policy whose messages could outlive SQS's longest retention
+// before their last attempt (see retentionNeeded).
+func checkRetention(p millrace.RetryPolicy, visibility time.Duration) error {
+	if need := retentionNeeded(p, visibility); need > MaxRetention {
+		return &millrace.ConfigError{Field: "RetryPolicy", Value: need.String() + " from first receive to give-up", Limit: true,
+			Rule: fmt.Sprintf("exceeds SQS's longest message retention %s: messages would expire before their last attempt", MaxRetention)}
+	}
+	return nil
 }
 
 // redrivePolicy is the RedrivePolicy attribute JSON (dead-letter settings go inside it, not in
