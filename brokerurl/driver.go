@@ -26,9 +26,9 @@ type Driver interface {
 
 // Options are the settings of an opened broker that a URL does not carry.
 type Options struct {
-	// Logger receives the adapter's logs. Default: a logger that discards everything. The
-	// broker client's own logging is silenced whatever Logger is: errors reach the caller as
-	// errors, not as log lines.
+	// Logger receives the adapter's logs. Default: a logger that discards everything. A broker
+	// client that logs through a process-wide logger (go-redis, amqp091) is not touched: a
+	// program that owns its process silences those with Mux.SilenceClientLogs.
 	Logger *slog.Logger
 	// NoConsume opens the broker to publish and to read dead letters only, as the CLI does: a
 	// URL without a consumer group (Redis Streams, Kafka) is then accepted. Default false:
@@ -68,4 +68,20 @@ type Destination struct {
 	Depth int64
 	// Approximate is true when the broker's count is an estimate (SQS).
 	Approximate bool
+}
+
+// ClientLogSilencer is a Driver whose broker client logs through a process-wide logger of its
+// own (go-redis prints dial failures, amqp091 prints connection errors). Only a program that
+// owns its process, such as the CLI, should silence it: a library must not.
+type ClientLogSilencer interface {
+	// SilenceClientLogs discards the broker client's process-wide log output.
+	SilenceClientLogs()
+}
+
+// LoggerOrDiscard returns Logger, or a logger that discards everything when it is nil.
+func (o Options) LoggerOrDiscard() *slog.Logger {
+	if o.Logger != nil {
+		return o.Logger
+	}
+	return slog.New(slog.DiscardHandler)
 }

@@ -54,6 +54,21 @@ type Mux struct {
 // NewMux returns an empty Mux, for programs that register their drivers themselves.
 func NewMux() *Mux { return &Mux{} }
 
+// Clone returns a new Mux with m's drivers and store openers, for a program (or a test) that
+// wants the registered schemes plus some of its own without changing m.
+func (m *Mux) Clone() *Mux {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	c := &Mux{drivers: make(map[string]Driver, len(m.drivers)), stores: make(map[string]StoreOpener, len(m.stores))}
+	for k, d := range m.drivers {
+		c.drivers[k] = d
+	}
+	for k, o := range m.stores {
+		c.stores[k] = o
+	}
+	return c
+}
+
 var defaultMux Mux
 
 // DefaultMux is the Mux the adapter packages register with when they are imported.
@@ -107,6 +122,18 @@ func (m *Mux) Schemes(stores bool) []string {
 	}
 	slices.Sort(s)
 	return s
+}
+
+// SilenceClientLogs silences the process-wide logging of every registered broker client that
+// has one (see ClientLogSilencer). For programs that own their process, such as the CLI.
+func (m *Mux) SilenceClientLogs() {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, d := range m.drivers {
+		if s, ok := d.(ClientLogSilencer); ok {
+			s.SilenceClientLogs()
+		}
+	}
 }
 
 // parse parses rawURL and checks it has a scheme.

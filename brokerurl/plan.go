@@ -116,3 +116,17 @@ func (m *Mux) check(ctx context.Context, d Driver, u *url.URL, spec plan.Spec, b
 func Plan(ctx context.Context, spec plan.Spec, rawURLs []string, opts PlanOptions) (plan.Report, error) {
 	return defaultMux.Plan(ctx, spec, rawURLs, opts)
 }
+
+// WithDefaultParam returns a copy of u with the query parameter name set to value, unless u
+// sets it already or value is empty: planners use it to give an adapter the spec's settings
+// (such as the processing budget) that a URL may leave out.
+func WithDefaultParam(u *url.URL, name, value string) *url.URL {
+	q := u.Query()
+	if value == "" || q.Has(name) {
+		return u
+	}
+	q.Set(name, value)
+	c := *u
+	c.RawQuery = q.Encode()
+	return &c
+}

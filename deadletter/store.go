@@ -3,6 +3,7 @@ package deadletter
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 )
 
@@ -119,6 +120,29 @@ var (
 	// topic) does not exist, on every broker alike.
 	ErrDestinationNotFound = errors.New("deadletter: dead-letter destination does not exist")
 )
+
+// DestinationNotFoundError says which dead-letter destination does not exist, in the same words
+// on every broker. It wraps ErrDestinationNotFound.
+type DestinationNotFoundError struct {
+	// Kind is what the broker calls it: "stream", "queue", "topic".
+	Kind string
+	// Name is the destination's name.
+	Name string
+	// Hint, when set, says why it may be missing.
+	Hint string
+}
+
+// Error reads `dead-letter <kind> "<name>" does not exist`, then the hint.
+func (e *DestinationNotFoundError) Error() string {
+	s := "dead-letter " + e.Kind + " " + strconv.Quote(e.Name) + " does not exist"
+	if e.Hint != "" {
+		s += " (" + e.Hint + ")"
+	}
+	return s
+}
+
+// Unwrap returns ErrDestinationNotFound.
+func (e *DestinationNotFoundError) Unwrap() error { return ErrDestinationNotFound }
 
 // FilterError names the filter field that breaks a rule. It wraps ErrInvalidFilter.
 type FilterError struct {

@@ -1,4 +1,4 @@
-// Dead-letter store (was package deadletter/amqpstore): reads and writes a RabbitMQ dead-letter queue (the one adapters/amqp
+// The dead-letter store: reads and writes a RabbitMQ dead-letter queue (the one adapters/amqp
 // writes, "<queue>.dlq" by default) as a deadletter.Store, so that `millrace dlq` lists, shows,
 // replays and purges it like the table store.
 //
@@ -51,11 +51,12 @@ import (
 // DefaultStoreMaxMessages is StoreConfig.MaxMessages when zero.
 const DefaultStoreMaxMessages = 100_000
 
-// ErrQueueNotFound is returned by NewDeadLetterStore and OpenDeadLetterStore when the dead-letter queue does not exist.
-var ErrQueueNotFound = errors.New("amqpstore: queue does not exist")
+// ErrQueueNotFound is wrapped by NewDeadLetterStore and OpenDeadLetterStore when the dead-letter queue does not exist; it is
+// deadletter.ErrDestinationNotFound, the same on every broker.
+var ErrQueueNotFound = deadletter.ErrDestinationNotFound
 
 // ErrTooManyMessages is returned when the queue holds more than StoreConfig.MaxMessages messages.
-var ErrTooManyMessages = errors.New("amqpstore: queue holds more messages than StoreConfig.MaxMessages")
+var ErrTooManyMessages = errors.New("amqp dead-letter store: queue holds more messages than StoreConfig.MaxMessages")
 
 // StoreConfig configures a DeadLetterStore; the zero StoreConfig is valid.
 type StoreConfig struct {
@@ -101,7 +102,7 @@ var _ deadletter.Store = (*DeadLetterStore)(nil)
 // declare). Close leaves conn open.
 func NewDeadLetterStore(conn *amqp091.Connection, queue string, cfg StoreConfig) (*DeadLetterStore, error) {
 	if conn == nil || queue == "" {
-		return nil, errors.New("amqpstore: a connection and a queue name are required")
+		return nil, errors.New("amqp dead-letter store: a connection and a queue name are required")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -114,7 +115,7 @@ func NewDeadLetterStore(conn *amqp091.Connection, queue string, cfg StoreConfig)
 	}
 	ch, err := conn.Channel()
 	if err != nil {
-		return nil, fmt.Errorf("amqpstore: open channel: %w", err)
+		return nil, fmt.Errorf("amqp dead-letter store: open channel: %w", err)
 	}
 	return &DeadLetterStore{conn: conn, queue: queue, cfg: cfg, ch: ch}, nil
 }
@@ -128,7 +129,7 @@ func OpenDeadLetterStore(ctx context.Context, url, queue string, cfg StoreConfig
 	}
 	conn, err := amqp091.DialConfig(url, amqp091.Config{Dial: dial})
 	if err != nil {
-		return nil, fmt.Errorf("amqpstore: connect: %w", err)
+		return nil, fmt.Errorf("amqp dead-letter store: connect: %w", err)
 	}
 	s, err := NewDeadLetterStore(conn, queue, cfg)
 	if err != nil {
@@ -143,16 +144,16 @@ func OpenDeadLetterStore(ctx context.Context, url, queue string, cfg StoreConfig
 func checkQueue(conn *amqp091.Connection, queue string) error {
 	ch, err := conn.Channel()
 	if err != nil {
-		return fmt.Errorf("amqpstore: open channel: %w", err)
+		return fmt.Errorf("amqp dead-letter store: open channel: %w", err)
 	}
 	_, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 	var amqpErr *amqp091.Error
 	if errors.As(err, &amqpErr) && amqpErr.Code == amqp091.NotFound {
-		return fmt.Errorf("%w: %s", ErrQueueNotFound, queue)
+		return &deadletter.DestinationNotFoundError{Kind: "queue", Name: queue}
 	}
 	_ = ch.Close()
 	if err != nil {
-		return fmt.Errorf("amqpstore: check queue %s: %w", queue, err)
+		return fmt.Errorf("amqp dead-letter store: check queue %s: %w", queue, err)
 	}
 	return nil
 }
@@ -182,7 +183,7 @@ func (s *DeadLetterStore) Close() error {
 		errs = append(errs, s.conn.Close())
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("amqpstore: close %s: %w", s.queue, err)
+		return fmt.Errorf("amqp dead-letter store: close %s: %w", s.queue, err)
 	}
 	return nil
 }
@@ -192,7 +193,7 @@ func (s *DeadLetterStore) Close() error {
 // delivery up, so writing the same record twice stores it twice.
 func (s *DeadLetterStore) Put(ctx context.Context, rec deadletter.Record) (string, error) {
 	if !rec.Reason.Valid() {
-		return "", fmt.Errorf("amqpstore: put: reason %q is not discarded, exhausted or malformed", rec.Reason)
+		return "", fmt.Errorf("amqp dead-letter store: put: reason %q is not discarded, exhausted or malformed", rec.Reason)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -211,7 +212,7 @@ func (s *DeadLetterStore) Put(ctx context.Context, rec deadletter.Record) (strin
 		}
 	}
 	if id == "" {
-		return "", fmt.Errorf("amqpstore: put: message %s was confirmed but not found in %s (another consumer took it?)", rec.UUID, s.queue)
+		return "", fmt.Errorf("amqp dead-letter store: put: message %s was confirmed but not found in %s (another consumer took it?)", rec.UUID, s.queue)
 	}
 	return id, nil
 }
@@ -220,11 +221,11 @@ func (s *DeadLetterStore) publish(ctx context.Context, rec deadletter.Record) er
 	if s.pub == nil {
 		ch, err := s.conn.Channel()
 		if err != nil {
-			return fmt.Errorf("amqpstore: put: open channel: %w", err)
+			return fmt.Errorf("amqp dead-letter store: put: open channel: %w", err)
 		}
 		if err := ch.Confirm(false); err != nil {
 			_ = ch.Close()
-			return fmt.Errorf("amqpstore: put: confirm mode: %w", err)
+			return fmt.Errorf("amqp dead-letter store: put: confirm mode: %w", err)
 		}
 		s.pub = ch
 		// One listener for the channel's life: amqp091 delivers every return to every listener.
@@ -232,23 +233,23 @@ func (s *DeadLetterStore) publish(ctx context.Context, rec deadletter.Record) er
 	}
 	p, err := s.cfg.Marshaler.Marshal(rec.Message())
 	if err != nil {
-		return fmt.Errorf("amqpstore: put: %w", err)
+		return fmt.Errorf("amqp dead-letter store: put: %w", err)
 	}
 	dc, err := s.pub.PublishWithDeferredConfirmWithContext(ctx, "", s.queue, true, false, p)
 	if err != nil {
-		return fmt.Errorf("amqpstore: put to %s: %w", s.queue, err)
+		return fmt.Errorf("amqp dead-letter store: put to %s: %w", s.queue, err)
 	}
 	ok, err := dc.WaitContext(ctx)
 	if err != nil {
-		return fmt.Errorf("amqpstore: put to %s: %w", s.queue, err)
+		return fmt.Errorf("amqp dead-letter store: put to %s: %w", s.queue, err)
 	}
 	select {
 	case r := <-s.returns: // a return arrives before the confirm of its message
-		return fmt.Errorf("amqpstore: put to %s: returned by the broker: %s", s.queue, r.ReplyText)
+		return fmt.Errorf("amqp dead-letter store: put to %s: returned by the broker: %s", s.queue, r.ReplyText)
 	default:
 	}
 	if !ok {
-		return fmt.Errorf("amqpstore: put to %s: the broker nacked the message", s.queue)
+		return fmt.Errorf("amqp dead-letter store: put to %s: the broker nacked the message", s.queue)
 	}
 	return nil
 }
@@ -296,7 +297,7 @@ func (s *DeadLetterStore) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	if err := s.ch.Ack(tag, false); err != nil {
-		return fmt.Errorf("amqpstore: delete %s from %s: %w", id, s.queue, err)
+		return fmt.Errorf("amqp dead-letter store: delete %s from %s: %w", id, s.queue, err)
 	}
 	s.log.Remove(id)
 	s.live--
@@ -313,7 +314,7 @@ func (s *DeadLetterStore) read(ctx context.Context) error {
 // the entries it added.
 func (s *DeadLetterStore) refresh(ctx context.Context) ([]deadletter.Entry, error) {
 	if s.closed {
-		return nil, errors.New("amqpstore: store is closed")
+		return nil, errors.New("amqp dead-letter store: store is closed")
 	}
 	var added []deadletter.Entry
 	for {
@@ -322,7 +323,7 @@ func (s *DeadLetterStore) refresh(ctx context.Context) ([]deadletter.Entry, erro
 		}
 		d, ok, err := s.ch.Get(s.queue, false)
 		if err != nil {
-			return added, fmt.Errorf("amqpstore: read %s: %w", s.queue, err)
+			return added, fmt.Errorf("amqp dead-letter store: read %s: %w", s.queue, err)
 		}
 		if !ok {
 			return added, nil

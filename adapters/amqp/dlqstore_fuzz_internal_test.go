@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/millrace/millrace/deadletter"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
 // fuzzValue builds an AMQP value from fuzz bytes (each value takes at least one byte), so the

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/millrace/millrace/deadletter"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
 // nativeHeaders returns the Record.Native of a dead letter: one Field per header of the

@@ -1,4 +1,4 @@
-// Dead-letter store (was package deadletter/kafkastore): reads a Kafka dead-letter topic (the one adapters/kafka writes,
+// The dead-letter store: reads a Kafka dead-letter topic (the one adapters/kafka writes,
 // "<topic>.dlq") as a deadletter.Store, so that `millrace dlq` lists, shows, replays and purges
 // it like the table store.
 //
@@ -50,8 +50,9 @@ import (
 // DefaultMarkerSuffix names the marker topic of a dead-letter topic.
 const DefaultMarkerSuffix = ".replayed"
 
-// ErrTopicNotFound is returned by NewDeadLetterStore and OpenDeadLetterStore when the dead-letter topic does not exist.
-var ErrTopicNotFound = errors.New("kafkastore: topic does not exist")
+// ErrTopicNotFound is wrapped by NewDeadLetterStore and OpenDeadLetterStore when the dead-letter topic does not exist; it is
+// deadletter.ErrDestinationNotFound, the same on every broker.
+var ErrTopicNotFound = deadletter.ErrDestinationNotFound
 
 // StoreConfig configures a DeadLetterStore; the zero StoreConfig is valid.
 type StoreConfig struct {
@@ -137,7 +138,7 @@ var _ deadletter.Store = (*DeadLetterStore)(nil)
 // that the topic exists. Close leaves client open.
 func NewDeadLetterStore(client sarama.Client, topic string, cfg StoreConfig) (*DeadLetterStore, error) {
 	if client == nil || topic == "" {
-		return nil, errors.New("kafkastore: a client and a topic are required")
+		return nil, errors.New("kafka dead-letter store: a client and a topic are required")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -148,11 +149,11 @@ func NewDeadLetterStore(client sarama.Client, topic string, cfg StoreConfig) (*D
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrTopicNotFound, topic)
+		return nil, &deadletter.DestinationNotFoundError{Kind: "topic", Name: topic}
 	}
 	consumer, err := sarama.NewConsumerFromClient(client)
 	if err != nil {
-		return nil, fmt.Errorf("kafkastore: consumer: %w", err)
+		return nil, fmt.Errorf("kafka dead-letter store: consumer: %w", err)
 	}
 	return &DeadLetterStore{
 		client: client, topic: topic, markers: topic + cfg.MarkerSuffix, cfg: cfg, consumer: consumer,
@@ -164,7 +165,7 @@ func NewDeadLetterStore(client sarama.Client, topic string, cfg StoreConfig) (*D
 func OpenDeadLetterStore(brokers []string, topic string, cfg StoreConfig, base *sarama.Config) (*DeadLetterStore, error) {
 	client, err := sarama.NewClient(brokers, StoreSaramaConfig(base))
 	if err != nil {
-		return nil, fmt.Errorf("kafkastore: connect to %v: %w", brokers, err)
+		return nil, fmt.Errorf("kafka dead-letter store: connect to %v: %w", brokers, err)
 	}
 	s, err := NewDeadLetterStore(client, topic, cfg)
 	if err != nil {
@@ -179,11 +180,11 @@ func OpenDeadLetterStore(brokers []string, topic string, cfg StoreConfig, base *
 // every topic: asking for one unknown topic would make Sarama retry with backoff.
 func TopicExists(client sarama.Client, topic string) (bool, error) {
 	if err := client.RefreshMetadata(); err != nil {
-		return false, fmt.Errorf("kafkastore: metadata: %w", err)
+		return false, fmt.Errorf("kafka dead-letter store: metadata: %w", err)
 	}
 	topics, err := client.Topics()
 	if err != nil {
-		return false, fmt.Errorf("kafkastore: topics: %w", err)
+		return false, fmt.Errorf("kafka dead-letter store: topics: %w", err)
 	}
 	return slices.Contains(topics, topic), nil
 }
@@ -217,7 +218,7 @@ func (s *DeadLetterStore) syncProducer() (sarama.SyncProducer, error) {
 	if s.producer == nil {
 		p, err := sarama.NewSyncProducerFromClient(s.client)
 		if err != nil {
-			return nil, fmt.Errorf("kafkastore: producer: %w", err)
+			return nil, fmt.Errorf("kafka dead-letter store: producer: %w", err)
 		}
 		s.producer = p
 	}
@@ -230,11 +231,11 @@ func (s *DeadLetterStore) syncProducer() (sarama.SyncProducer, error) {
 // twice.
 func (s *DeadLetterStore) Put(_ context.Context, rec deadletter.Record) (string, error) {
 	if !rec.Reason.Valid() {
-		return "", fmt.Errorf("kafkastore: put: reason %q is not discarded, exhausted or malformed", rec.Reason)
+		return "", fmt.Errorf("kafka dead-letter store: put: reason %q is not discarded, exhausted or malformed", rec.Reason)
 	}
 	pm, err := wmkafka.DefaultMarshaler{}.Marshal(s.topic, rec.Message())
 	if err != nil {
-		return "", fmt.Errorf("kafkastore: put: %w", err)
+		return "", fmt.Errorf("kafka dead-letter store: put: %w", err)
 	}
 	if rec.OriginalKey != "" {
 		pm.Key = sarama.StringEncoder(rec.OriginalKey)
@@ -247,7 +248,7 @@ func (s *DeadLetterStore) Put(_ context.Context, rec deadletter.Record) (string,
 	}
 	part, off, err := p.SendMessage(pm)
 	if err != nil {
-		return "", fmt.Errorf("kafkastore: put to %s: %w", s.topic, err)
+		return "", fmt.Errorf("kafka dead-letter store: put to %s: %w", s.topic, err)
 	}
 	return FormatStoreID(part, off), nil
 }
@@ -349,7 +350,7 @@ func (s *DeadLetterStore) Delete(ctx context.Context, id string) error {
 		Value: sarama.StringEncoder(`{"removed_at":"` + time.Now().UTC().Format(time.RFC3339Nano) + `"}`),
 	})
 	if err != nil {
-		return fmt.Errorf("kafkastore: mark %s removed in %s: %w", id, s.markers, err)
+		return fmt.Errorf("kafka dead-letter store: mark %s removed in %s: %w", id, s.markers, err)
 	}
 	s.removed[id] = true
 	s.log.Remove(id)
@@ -363,7 +364,7 @@ func (s *DeadLetterStore) ensureMarkerTopic() error {
 	}
 	admin, err := sarama.NewClusterAdminFromClient(s.client)
 	if err != nil {
-		return fmt.Errorf("kafkastore: admin: %w", err)
+		return fmt.Errorf("kafka dead-letter store: admin: %w", err)
 	}
 	// Closing an admin made from a client would close the client: it is left to the client.
 	compact := "compact"
@@ -372,7 +373,7 @@ func (s *DeadLetterStore) ensureMarkerTopic() error {
 		ConfigEntries: map[string]*string{"cleanup.policy": &compact},
 	}, false)
 	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
-		return fmt.Errorf("kafkastore: create marker topic %s: %w", s.markers, err)
+		return fmt.Errorf("kafka dead-letter store: create marker topic %s: %w", s.markers, err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -381,7 +382,7 @@ func (s *DeadLetterStore) ensureMarkerTopic() error {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("kafkastore: marker topic %s not in the metadata 30 s after its creation", s.markers)
+			return fmt.Errorf("kafka dead-letter store: marker topic %s not in the metadata 30 s after its creation", s.markers)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -391,7 +392,7 @@ func (s *DeadLetterStore) ensureMarkerTopic() error {
 // marksOnly. Records are immutable: what was read once stays valid.
 func (s *DeadLetterStore) refresh(ctx context.Context, marksOnly bool) error {
 	if s.consumer == nil {
-		return errors.New("kafkastore: store is closed")
+		return errors.New("kafka dead-letter store: store is closed")
 	}
 	if err := s.readTopic(ctx, s.markers, s.markNext, true, func(m *sarama.ConsumerMessage) {
 		id := string(m.Key)
@@ -433,16 +434,16 @@ func (s *DeadLetterStore) readTopic(ctx context.Context, topic string, next map[
 	}
 	parts, err := s.client.Partitions(topic)
 	if err != nil {
-		return fmt.Errorf("kafkastore: partitions of %s: %w", topic, err)
+		return fmt.Errorf("kafka dead-letter store: partitions of %s: %w", topic, err)
 	}
 	for _, p := range parts {
 		end, err := s.client.GetOffset(topic, p, sarama.OffsetNewest)
 		if err != nil {
-			return fmt.Errorf("kafkastore: end offset of %s/%d: %w", topic, p, err)
+			return fmt.Errorf("kafka dead-letter store: end offset of %s/%d: %w", topic, p, err)
 		}
 		oldest, err := s.client.GetOffset(topic, p, sarama.OffsetOldest)
 		if err != nil {
-			return fmt.Errorf("kafkastore: first offset of %s/%d: %w", topic, p, err)
+			return fmt.Errorf("kafka dead-letter store: first offset of %s/%d: %w", topic, p, err)
 		}
 		start := max(next[p], oldest)
 		if start < end {
@@ -458,7 +459,7 @@ func (s *DeadLetterStore) readTopic(ctx context.Context, topic string, next map[
 func (s *DeadLetterStore) readPartition(ctx context.Context, topic string, p int32, start, end int64, fn func(*sarama.ConsumerMessage)) error {
 	pc, err := s.consumer.ConsumePartition(topic, p, start)
 	if err != nil {
-		return fmt.Errorf("kafkastore: read %s/%d from %d: %w", topic, p, start, err)
+		return fmt.Errorf("kafka dead-letter store: read %s/%d from %d: %w", topic, p, start, err)
 	}
 	// Close, not AsyncClose: the next refresh may consume the same partition again at once.
 	defer func() { _ = pc.Close() }()
@@ -472,7 +473,7 @@ func (s *DeadLetterStore) readPartition(ctx context.Context, topic string, p int
 		select {
 		case m, ok := <-pc.Messages():
 			if !ok {
-				return fmt.Errorf("kafkastore: read %s/%d: consumer closed", topic, p)
+				return fmt.Errorf("kafka dead-letter store: read %s/%d: consumer closed", topic, p)
 			}
 			if m.Offset >= end {
 				return nil
@@ -484,19 +485,19 @@ func (s *DeadLetterStore) readPartition(ctx context.Context, topic string, p int
 			next, lastRecord = m.Offset+1, time.Now()
 			quiet.Reset(quietCheck)
 		case cerr := <-pc.Errors():
-			return fmt.Errorf("kafkastore: read %s/%d: %w", topic, p, cerr)
+			return fmt.Errorf("kafka dead-letter store: read %s/%d: %w", topic, p, cerr)
 		case <-quiet.C:
 			// The offsets left may be no records at all (transaction markers, aborted or
 			// compacted records): ask the broker rather than wait.
 			n, err := kafkarecords.Count(s.client, topic, p, next, end)
 			if err != nil {
-				return fmt.Errorf("kafkastore: read %s/%d: %w", topic, p, err)
+				return fmt.Errorf("kafka dead-letter store: read %s/%d: %w", topic, p, err)
 			}
 			if n == 0 {
 				return nil
 			}
 			if time.Since(lastRecord) > s.cfg.ReadTimeout {
-				return fmt.Errorf("kafkastore: read %s/%d: %d records between offsets %d and %d not delivered within %s", topic, p, n, next, end, s.cfg.ReadTimeout)
+				return fmt.Errorf("kafka dead-letter store: read %s/%d: %d records between offsets %d and %d not delivered within %s", topic, p, n, next, end, s.cfg.ReadTimeout)
 			}
 			quiet.Reset(quietCheck)
 		case <-ctx.Done():

@@ -1,4 +1,4 @@
-// Dead-letter store (was package deadletter/redisstore): reads and writes a Redis Streams dead-letter stream (the one
+// The dead-letter store: reads and writes a Redis Streams dead-letter stream (the one
 // adapters/redisstream writes, "<stream>.dlq" by default) as a deadletter.Store, so that
 // `millrace dlq` lists, shows, replays and purges it like the table store.
 //
@@ -44,7 +44,7 @@ var _ deadletter.Store = (*DeadLetterStore)(nil)
 // NewDeadLetterStore returns a store on stream; Close leaves client open.
 func NewDeadLetterStore(client redis.UniversalClient, stream string) (*DeadLetterStore, error) {
 	if client == nil || stream == "" {
-		return nil, errors.New("redisstore: a client and a stream name are required")
+		return nil, errors.New("redisstream dead-letter store: a client and a stream name are required")
 	}
 	return &DeadLetterStore{client: client, stream: stream}, nil
 }
@@ -54,12 +54,12 @@ func NewDeadLetterStore(client redis.UniversalClient, stream string) (*DeadLette
 func OpenDeadLetterStore(ctx context.Context, url, stream string) (*DeadLetterStore, error) {
 	opts, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: %w", err)
+		return nil, fmt.Errorf("redisstream dead-letter store: %w", err)
 	}
 	c := redis.NewClient(opts)
 	if err := c.Ping(ctx).Err(); err != nil {
 		_ = c.Close()
-		return nil, fmt.Errorf("redisstore: connect: %w", err)
+		return nil, fmt.Errorf("redisstream dead-letter store: connect: %w", err)
 	}
 	s, err := NewDeadLetterStore(c, stream)
 	if err != nil {
@@ -88,18 +88,18 @@ func (s *DeadLetterStore) Close() error {
 // writing the same record twice stores it twice.
 func (s *DeadLetterStore) Put(ctx context.Context, rec deadletter.Record) (string, error) {
 	if !rec.Reason.Valid() {
-		return "", fmt.Errorf("redisstore: put: reason %q is not discarded, exhausted or malformed", rec.Reason)
+		return "", fmt.Errorf("redisstream dead-letter store: put: reason %q is not discarded, exhausted or malformed", rec.Reason)
 	}
 	original, err := wire.RecordFields(rec)
 	if errors.Is(err, wire.ErrNotRedisField) {
-		return "", fmt.Errorf("redisstore: put: %w: %w", deadletter.ErrNotReplayable, err)
+		return "", fmt.Errorf("redisstream dead-letter store: put: %w: %w", deadletter.ErrNotReplayable, err)
 	}
 	if err != nil {
-		return "", fmt.Errorf("redisstore: put: %w", err)
+		return "", fmt.Errorf("redisstream dead-letter store: put: %w", err)
 	}
 	id, err := s.client.XAdd(ctx, &redis.XAddArgs{Stream: s.stream, Values: wire.DeadLetterFields(original, rec)}).Result()
 	if err != nil {
-		return "", fmt.Errorf("redisstore: put to %s: %w", s.stream, err)
+		return "", fmt.Errorf("redisstream dead-letter store: put to %s: %w", s.stream, err)
 	}
 	return id, nil
 }
@@ -219,9 +219,9 @@ func (s *DeadLetterStore) Delete(ctx context.Context, id string) error {
 
 func (s *DeadLetterStore) wrap(op string, err error) error {
 	if strings.Contains(err.Error(), "WRONGTYPE") {
-		return fmt.Errorf("redisstore: %s: key %s is not a stream: %w", op, s.stream, err)
+		return fmt.Errorf("redisstream dead-letter store: %s: key %s is not a stream: %w", op, s.stream, err)
 	}
-	return fmt.Errorf("redisstore: %s on %s: %w", op, s.stream, err)
+	return fmt.Errorf("redisstream dead-letter store: %s on %s: %w", op, s.stream, err)
 }
 
 // checkID accepts stream entry IDs: "<ms>-<seq>", both decimal.

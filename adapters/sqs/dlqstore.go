@@ -1,4 +1,4 @@
-// Dead-letter store (was package deadletter/sqsstore): reads and writes an SQS dead-letter queue (the one adapters/sqs writes,
+// The dead-letter store: reads and writes an SQS dead-letter queue (the one adapters/sqs writes,
 // QueueName(topic)+"-dlq") as a deadletter.Store, so that `millrace dlq` lists, shows, replays
 // and purges it like the table store.
 //
@@ -59,11 +59,12 @@ const (
 	DefaultStoreMaxMessages = 100_000
 )
 
-// ErrQueueNotFound is returned by NewDeadLetterStore when the dead-letter queue does not exist.
-var ErrQueueNotFound = errors.New("sqsstore: queue does not exist")
+// ErrQueueNotFound is wrapped by NewDeadLetterStore when the dead-letter queue does not exist; it is
+// deadletter.ErrDestinationNotFound, the same on every broker.
+var ErrQueueNotFound = deadletter.ErrDestinationNotFound
 
 // ErrTooManyMessages is returned when the queue holds more than StoreConfig.MaxMessages messages.
-var ErrTooManyMessages = errors.New("sqsstore: queue holds more messages than StoreConfig.MaxMessages")
+var ErrTooManyMessages = errors.New("sqs dead-letter store: queue holds more messages than StoreConfig.MaxMessages")
 
 // StoreConfig configures a DeadLetterStore; the zero StoreConfig is valid.
 type StoreConfig struct {
@@ -113,7 +114,7 @@ var _ deadletter.Store = (*DeadLetterStore)(nil)
 // queue name), after checking that the queue exists (GetQueueUrl). Close leaves a open.
 func NewDeadLetterStore(ctx context.Context, a *Adapter, dlqTopic string, cfg StoreConfig) (*DeadLetterStore, error) {
 	if a == nil || dlqTopic == "" {
-		return nil, errors.New("sqsstore: an adapter and a dead-letter topic are required")
+		return nil, errors.New("sqs dead-letter store: an adapter and a dead-letter topic are required")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -130,7 +131,7 @@ func NewDeadLetterStore(ctx context.Context, a *Adapter, dlqTopic string, cfg St
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrQueueNotFound, s.queue)
+		return nil, &deadletter.DestinationNotFoundError{Kind: "queue", Name: s.queue}
 	}
 	s.url = url
 	return s, nil
@@ -145,7 +146,7 @@ func QueueURL(ctx context.Context, client *awssqs.Client, name string) (url stri
 		return "", false, nil
 	}
 	if err != nil {
-		return "", false, fmt.Errorf("sqsstore: get URL of queue %s: %w", name, err)
+		return "", false, fmt.Errorf("sqs dead-letter store: get URL of queue %s: %w", name, err)
 	}
 	return aws.ToString(out.QueueUrl), true, nil
 }
@@ -164,7 +165,7 @@ func (s *DeadLetterStore) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.setVisibility(ctx, 0); err != nil {
-		return fmt.Errorf("sqsstore: give back the messages of %s (they reappear when their visibility timeout ends): %w", s.queue, err)
+		return fmt.Errorf("sqs dead-letter store: give back the messages of %s (they reappear when their visibility timeout ends): %w", s.queue, err)
 	}
 	return nil
 }
@@ -199,7 +200,7 @@ func (s *DeadLetterStore) keepHidden(ctx context.Context) error {
 		return nil
 	}
 	if err := s.setVisibility(ctx, s.cfg.Visibility); err != nil {
-		return fmt.Errorf("sqsstore: renew the visibility of the messages held from %s: %w", s.queue, err)
+		return fmt.Errorf("sqs dead-letter store: renew the visibility of the messages held from %s: %w", s.queue, err)
 	}
 	s.lastExtend = time.Now()
 	return nil
@@ -210,12 +211,12 @@ func (s *DeadLetterStore) keepHidden(ctx context.Context) error {
 // delivery up, so writing the same record twice stores it twice.
 func (s *DeadLetterStore) Put(ctx context.Context, rec deadletter.Record) (string, error) {
 	if !rec.Reason.Valid() {
-		return "", fmt.Errorf("sqsstore: put: reason %q is not discarded, exhausted or malformed", rec.Reason)
+		return "", fmt.Errorf("sqs dead-letter store: put: reason %q is not discarded, exhausted or malformed", rec.Reason)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.a.Publisher().Publish(s.topic, rec.Message()); err != nil {
-		return "", fmt.Errorf("sqsstore: put to %s: %w", s.queue, err)
+		return "", fmt.Errorf("sqs dead-letter store: put to %s: %w", s.queue, err)
 	}
 	// A sent message can take a moment to be receivable on real SQS: look a few times.
 	for range 5 {
@@ -229,7 +230,7 @@ func (s *DeadLetterStore) Put(ctx context.Context, rec deadletter.Record) (strin
 			}
 		}
 	}
-	return "", fmt.Errorf("sqsstore: put: message %s was sent but not received back from %s (another consumer took it?)", rec.UUID, s.queue)
+	return "", fmt.Errorf("sqs dead-letter store: put: message %s was sent but not received back from %s (another consumer took it?)", rec.UUID, s.queue)
 }
 
 // Get returns the entry with id, receiving messages sent since the last read if needed.
@@ -288,7 +289,7 @@ func (s *DeadLetterStore) Delete(ctx context.Context, id string) error {
 	}
 	_, err = s.client.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(s.url), ReceiptHandle: aws.String(h.receipt)})
 	if err != nil {
-		return fmt.Errorf("sqsstore: delete %s from %s: %w", id, s.queue, err)
+		return fmt.Errorf("sqs dead-letter store: delete %s from %s: %w", id, s.queue, err)
 	}
 	s.log.Remove(id)
 	s.live--
@@ -307,7 +308,7 @@ func (s *DeadLetterStore) read(ctx context.Context) error {
 // poll returns nothing.
 func (s *DeadLetterStore) refresh(ctx context.Context) ([]deadletter.Entry, error) {
 	if s.closed {
-		return nil, errors.New("sqsstore: store is closed")
+		return nil, errors.New("sqs dead-letter store: store is closed")
 	}
 	var added []deadletter.Entry
 	var wait int32
@@ -321,7 +322,7 @@ func (s *DeadLetterStore) refresh(ctx context.Context) ([]deadletter.Entry, erro
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameSentTimestamp},
 		})
 		if err != nil {
-			return added, fmt.Errorf("sqsstore: receive from %s: %w", s.queue, err)
+			return added, fmt.Errorf("sqs dead-letter store: receive from %s: %w", s.queue, err)
 		}
 		if len(out.Messages) == 0 {
 			if wait > 0 {
@@ -369,7 +370,7 @@ func (s *DeadLetterStore) looksEmpty(ctx context.Context) (bool, error) {
 		QueueUrl: aws.String(s.url), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages},
 	})
 	if err != nil {
-		return false, fmt.Errorf("sqsstore: attributes of %s: %w", s.queue, err)
+		return false, fmt.Errorf("sqs dead-letter store: attributes of %s: %w", s.queue, err)
 	}
 	return out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessages)] == "0", nil
 }

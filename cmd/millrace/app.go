@@ -11,13 +11,15 @@ import (
 	"time"
 
 	"golang.org/x/term"
+
+	"github.com/millrace/millrace/brokerurl"
 )
 
 // app is the CLI with its dependencies made explicit, so tests run commands in-process with
 // their own brokers, environment and terminal.
 type app struct {
-	// brokers maps a URL scheme to its opener.
-	brokers map[string]BrokerOpener
+	// mux opens broker and store URLs.
+	mux *brokerurl.Mux
 	// getenv reads the environment.
 	getenv func(string) string
 	// isTerminal reports whether w is a terminal (progress bars are drawn only there).
@@ -27,7 +29,10 @@ type app struct {
 }
 
 func newApp() *app {
-	return &app{brokers: defaultBrokers(), getenv: os.Getenv, isTerminal: isTerminal, now: time.Now}
+	// The CLI owns its process: broker clients' process-wide loggers (go-redis prints every
+	// failed dial) would put their lines before millrace's own one-line error.
+	brokerurl.DefaultMux().SilenceClientLogs()
+	return &app{mux: brokerurl.DefaultMux(), getenv: os.Getenv, isTerminal: isTerminal, now: time.Now}
 }
 
 // isTerminal reports whether w is a file on a terminal.

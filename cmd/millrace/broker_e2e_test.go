@@ -142,14 +142,14 @@ func TestBrokerBadInput(t *testing.T) {
 	missing := fmt.Sprintf("millrace-test.cli.missing.%08x", rand.Uint32())
 	if conn, err := net.DialTimeout("tcp", "127.0.0.1:5672", time.Second); err == nil {
 		_ = conn.Close()
-		cases = append(cases, tc{"missing rabbitmq dlq", "queue does not exist: " + missing + ".dlq", []string{"dlq", "list", "--store", amqpURL(), "--topic", missing}})
+		cases = append(cases, tc{"missing rabbitmq dlq", `dead-letter queue "` + missing + `.dlq" does not exist`, []string{"dlq", "list", "--store", amqpURL(), "--topic", missing}})
 	}
 	if conn, err := net.DialTimeout("tcp", strings.Split(testenv.Getenv(envKafkaBrokers, "127.0.0.1:19092"), ",")[0], time.Second); err == nil {
 		_ = conn.Close()
-		cases = append(cases, tc{"missing kafka dlq", "topic does not exist: " + missing + ".dlq", []string{"dlq", "list", "--store", "kafka://" + testenv.Getenv(envKafkaBrokers, "127.0.0.1:19092"), "--topic", missing}})
+		cases = append(cases, tc{"missing kafka dlq", `dead-letter topic "` + missing + `.dlq" does not exist`, []string{"dlq", "list", "--store", "kafka://" + testenv.Getenv(envKafkaBrokers, "127.0.0.1:19092"), "--topic", missing}})
 	}
 	if ep := os.Getenv(envSQSEndpoint); ep != "" {
-		cases = append(cases, tc{"missing sqs dlq", "queue does not exist", []string{"dlq", "list", "--store", "sqs+" + ep, "--topic", missing}})
+		cases = append(cases, tc{"missing sqs dlq", "dead-letter queue \"" + strings.ReplaceAll(missing, ".", "-") + "-dlq\" does not exist", []string{"dlq", "list", "--store", "sqs+" + ep, "--topic", missing}})
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

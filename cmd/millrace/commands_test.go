@@ -96,9 +96,9 @@ func TestBadInput(t *testing.T) {
 		want string
 		args []string
 	}{
-		{"unknown broker scheme", 2, `unknown broker URL scheme "nats"`, []string{"dlq", "replay", id, "--reset-history", "--broker", "nats://127.0.0.1:4222"}},
+		{"unknown broker scheme", 2, `unknown URL scheme "nats"`, []string{"dlq", "replay", id, "--reset-history", "--broker", "nats://127.0.0.1:4222"}},
 		{"unreachable broker", 1, "broker down://127.0.0.1:6379", []string{"dlq", "replay", id, "--reset-history", "--broker", "down://127.0.0.1:6379"}},
-		{"unreachable store", 1, "table store", []string{"dlq", "list", "--store", down}},
+		{"unreachable store", 1, "connect", []string{"dlq", "list", "--store", down}},
 		{"record no longer exists (show)", 1, "entry not found: 999999999", []string{"dlq", "show", "999999999"}},
 		{"record no longer exists (replay)", 1, "entry not found: 999999999", []string{"dlq", "replay", id, "999999999", "--reset-history", "--broker", "mem://"}},
 		{"record no longer exists (purge)", 1, "entry not found", []string{"dlq", "purge", "999999999", "--yes"}},
@@ -116,7 +116,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown subcommand", 2, `unknown dlq subcommand "peek"`, []string{"dlq", "peek"}},
 		{"no store", 2, "no dead-letter source", []string{"dlq", "list", "--store", ""}},
 		{"broker store without topic", 2, "needs --topic", []string{"dlq", "list", "--store", "mem://"}},
-		{"broker without dead-letter store", 1, "cannot be read by millrace yet", []string{"dlq", "list", "--store", "mem://", "--topic", "orders"}},
+		{"broker without dead-letter store", 1, "keeps no dead-letter store", []string{"dlq", "list", "--store", "mem://", "--topic", "orders"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

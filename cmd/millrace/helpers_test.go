@@ -18,7 +18,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/memory"
+	"github.com/millrace/millrace/brokerurl"
 	"github.com/millrace/millrace/deadletter"
 	"github.com/millrace/millrace/deadletter/pgstore"
 	"github.com/millrace/millrace/deadletter/pgstore/pgtest"
@@ -37,7 +39,19 @@ type memBroker struct {
 	published atomic.Int64
 }
 
-func (b *memBroker) Publisher() message.Publisher { return b }
+// memAdapter is the memory adapter with memBroker's publisher.
+type memAdapter struct {
+	*memory.Adapter
+	b *memBroker
+}
+
+func (m memAdapter) Publisher() message.Publisher { return m.b }
+
+func (b *memBroker) Adapter() millrace.Adapter                         { return memAdapter{Adapter: b.a, b: b} }
+func (b *memBroker) PrepareReplay(deadletter.Record, *message.Message) {}
+func (b *memBroker) DeadLetterDestinations(context.Context) ([]brokerurl.Destination, error) {
+	return nil, nil
+}
 func (b *memBroker) Publish(topic string, msgs ...*message.Message) error {
 	if b.failAfter > 0 && b.published.Load() >= b.failAfter {
 		return errors.New("injected publish failure")
@@ -57,9 +71,8 @@ func (b *memBroker) TopicExists(_ context.Context, t string) (bool, error) {
 	defer b.mu.Unlock()
 	return b.topics[t], nil
 }
-func (b *memBroker) DeadLetterTopic(t string) string { return b.a.DeadLetterTopic(t) }
 func (b *memBroker) DeadLetters(context.Context, string) (deadletter.Store, error) {
-	return nil, errNoDeadLetterStore
+	return nil, errors.New("the memory broker keeps no dead-letter store")
 }
 
 func newMemBroker(t *testing.T, topics ...string) *memBroker {
@@ -86,28 +99,43 @@ type cli struct {
 
 func newCLI(t *testing.T, table string, b *memBroker) *cli {
 	c := &cli{t: t, table: table}
+	mux := brokerurl.DefaultMux().Clone()
+	mux.Register(testDriver{scheme: "mem", open: func(context.Context, *url.URL) (brokerurl.Broker, error) { return b, nil }})
+	// down:// dials a port where nothing listens, as a broker that is not running.
+	mux.Register(testDriver{scheme: "down", open: func(ctx context.Context, u *url.URL) (brokerurl.Broker, error) {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", "127.0.0.1:1")
+		if err == nil {
+			_ = conn.Close()
+			return nil, errors.New("127.0.0.1:1 unexpectedly accepted a connection")
+		}
+		return nil, err
+	}})
 	c.app = &app{
-		brokers: map[string]BrokerOpener{
-			"mem": func(context.Context, *url.URL) (Broker, error) { return b, nil },
-			// down:// dials a port where nothing listens, as a broker that is not running.
-			"down": func(ctx context.Context, u *url.URL) (Broker, error) {
-				var d net.Dialer
-				conn, err := d.DialContext(ctx, "tcp", "127.0.0.1:1")
-				if err == nil {
-					_ = conn.Close()
-					return nil, errors.New("127.0.0.1:1 unexpectedly accepted a connection")
-				}
-				return nil, err
-			},
-		},
+		mux:        mux,
 		getenv:     envWith(table),
 		isTerminal: func(io.Writer) bool { return c.tty },
 		now:        time.Now,
 	}
-	for scheme, open := range defaultBrokers() {
-		c.app.brokers[scheme] = open
-	}
 	return c
+}
+
+// testDriver opens one scheme with a function of the test's.
+type testDriver struct {
+	scheme string
+	open   func(context.Context, *url.URL) (brokerurl.Broker, error)
+}
+
+func (d testDriver) Schemes() []string { return []string{d.scheme} }
+func (d testDriver) Open(ctx context.Context, u *url.URL, _ brokerurl.Options) (brokerurl.Broker, error) {
+	return d.open(ctx, u)
+}
+func (d testDriver) OpenAdapter(ctx context.Context, u *url.URL, _ brokerurl.Options) (millrace.Adapter, error) {
+	b, err := d.open(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	return b.Adapter(), nil
 }
 
 type result struct {

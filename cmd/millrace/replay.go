@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/millrace/millrace/brokerurl"
 	"github.com/millrace/millrace/deadletter"
 )
 
@@ -81,7 +82,7 @@ func (a *app) replay(ctx context.Context, args []string, sio stdio) error {
 	if brokerURL == "" && !isTableStore(src.store) {
 		brokerURL = src.store // a broker's dead letters go back to the same broker
 	}
-	var broker Broker
+	var broker brokerurl.Broker
 	switch {
 	case brokerURL != "":
 		if broker, err = a.openBroker(ctx, brokerURL); err != nil {
@@ -175,13 +176,13 @@ func selectForReplay(ctx context.Context, store deadletter.Store, ids []string, 
 }
 
 // runReplay publishes then deletes each item, in order, at most perSecond a second.
-func (a *app) runReplay(ctx context.Context, sio stdio, store deadletter.Store, broker Broker, items []replayItem, history deadletter.History, perSecond float64) error {
+func (a *app) runReplay(ctx context.Context, sio stdio, store deadletter.Store, broker brokerurl.Broker, items []replayItem, history deadletter.History, perSecond float64) error {
 	limiter := rate.NewLimiter(rate.Inf, 1)
 	if perSecond > 0 {
 		limiter = rate.NewLimiter(rate.Limit(perSecond), 1)
 	}
 	bar := newProgress(sio.out, a.isTerminal(sio.out), "replay", len(items), a.now)
-	pub := broker.Publisher()
+	pub := broker.Adapter().Publisher()
 	native, _ := broker.(deadletter.NativePublisher)
 	var replayed, gone int
 	var refused []string
@@ -223,9 +224,7 @@ func (a *app) runReplay(ctx context.Context, sio stdio, store deadletter.Store, 
 			}
 		} else {
 			msg := deadletter.ReplayMessage(e.Record, history)
-			if p, ok := broker.(replayPreparer); ok {
-				p.prepareReplay(e.Record, msg)
-			}
+			broker.PrepareReplay(e.Record, msg)
 			if err := pub.Publish(it.target, msg); err != nil {
 				return stopped(fmt.Errorf("publish %s to %q: %w", it.id, it.target, err))
 			}

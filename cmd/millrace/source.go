@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 
+	"github.com/millrace/millrace/brokerurl"
 	"github.com/millrace/millrace/deadletter"
-	"github.com/millrace/millrace/deadletter/pgstore"
 )
 
 // openStore opens the dead-letter source: the table store for postgres:// URLs, otherwise the
@@ -19,57 +21,36 @@ func (a *app) openStore(ctx context.Context, src sourceFlags, topic string) (dea
 	}
 	u, err := url.Parse(src.store)
 	if err != nil || u.Scheme == "" {
-		return nil, nil, fmt.Errorf("--store %q is not a URL: %w", redact(src.store), errUsage)
+		return nil, nil, fmt.Errorf("--store %q is not a URL: %w", brokerurl.Redact(src.store), errUsage)
 	}
-	if u.Scheme == "postgres" || u.Scheme == "postgresql" {
-		s, err := pgstore.Open(ctx, src.store, pgstore.Config{Schema: src.schema, Table: src.table})
-		if err != nil {
-			return nil, nil, fmt.Errorf("table store %s: %w", redact(src.store), err)
-		}
-		return s, func() { _ = s.Close() }, nil
-	}
-	b, err := a.openBroker(ctx, src.store)
-	if err != nil {
-		return nil, nil, err
-	}
-	dlq := src.dlqTopic
-	if dlq == "" && topic == "" {
-		_ = b.Close()
+	if topic == "" && src.dlqTopic == "" && slices.Contains(a.mux.Schemes(false), strings.ToLower(u.Scheme)) {
 		return nil, nil, fmt.Errorf("a broker dead-letter source needs --topic (or --dlq-topic): a broker keeps one destination per topic: %w", errUsage)
 	}
-	if dlq == "" {
-		dlq = b.DeadLetterTopic(topic)
-	}
-	s, err := b.DeadLetters(ctx, dlq)
+	s, err := a.mux.OpenStore(ctx, src.store, brokerurl.StoreOptions{
+		Topic: topic, DeadLetterTopic: src.dlqTopic, Table: src.table, Schema: src.schema,
+	})
 	if err != nil {
-		_ = b.Close()
-		return nil, nil, fmt.Errorf("%s dead-letter destination %q: %w", u.Scheme, dlq, err)
+		return nil, nil, fmt.Errorf("--store %s: %w", brokerurl.Redact(src.store), usageIfURL(err))
 	}
-	return s, func() { _ = s.Close(); _ = b.Close() }, nil
+	return s, func() { _ = s.Close() }, nil
 }
 
-// openBroker connects to the broker rawURL names through the registry.
-func (a *app) openBroker(ctx context.Context, rawURL string) (Broker, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme == "" {
-		return nil, fmt.Errorf("broker URL %q is not a URL: %w", redact(rawURL), errUsage)
-	}
-	open, ok := a.brokers[strings.ToLower(u.Scheme)]
-	if !ok {
-		return nil, fmt.Errorf("unknown broker URL scheme %q (known: %s): %w", u.Scheme, schemes(a.brokers), errUsage)
-	}
-	b, err := open(ctx, u)
+// openBroker connects to the broker rawURL names, to publish and to read dead letters.
+func (a *app) openBroker(ctx context.Context, rawURL string) (brokerurl.Broker, error) {
+	b, err := a.mux.OpenBroker(ctx, rawURL, brokerurl.Options{NoConsume: true})
 	if err != nil {
-		return nil, fmt.Errorf("broker %s: %w", redact(rawURL), err)
+		return nil, fmt.Errorf("broker %s: %w", brokerurl.Redact(rawURL), usageIfURL(err))
 	}
 	return b, nil
 }
 
-// redact hides a URL's password in messages.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return raw
+// usageIfURL marks a URL the user got wrong (scheme, parameters) as bad usage (exit status 2).
+func usageIfURL(err error) error {
+	if errors.Is(err, brokerurl.ErrUnknownScheme) || errors.Is(err, brokerurl.ErrUnknownParameter) || errors.Is(err, brokerurl.ErrInvalidURL) {
+		return fmt.Errorf("%w: %w", err, errUsage)
 	}
-	return u.Redacted()
+	return err
 }
+
+// redact hides a URL's password in messages.
+func redact(raw string) string { return brokerurl.Redact(raw) }

@@ -1,102 +1,37 @@
-package main
+package amqp
 
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
-	"net/url"
 	"strings"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/millrace/millrace"
-	"github.com/millrace/millrace/adapters/amqp"
 	"github.com/millrace/millrace/deadletter"
 )
 
-// amqpBroker is RabbitMQ through adapters/amqp with its default topology: a topic's exchange
-// and work queue are both named like the topic. Replays are confirmed publishes to that
-// exchange with the dead letter's original routing key.
-type amqpBroker struct {
-	a    *amqp.Adapter
-	conn *amqp091.Connection // for passive queue checks, which close their channel on a miss
-}
-
-// openAMQP connects to amqp://user:password@host:port/vhost (amqps:// for TLS).
-func openAMQP(ctx context.Context, u *url.URL) (Broker, error) {
-	a, err := amqp.New(ctx, amqp.Config{URL: u.String()})
-	if err != nil {
-		return nil, err
-	}
-	conn, err := amqp091.DialConfig(u.String(), amqp091.Config{Dial: amqp091.DefaultDial(10 * time.Second)})
-	if err != nil {
-		_ = a.Close()
-		return nil, fmt.Errorf("connect: %w", err)
-	}
-	return &amqpBroker{a: a, conn: conn}, nil
-}
-
-func (b *amqpBroker) Publisher() message.Publisher { return b.a.Publisher() }
-
-// TopicExists reports whether the topic's work queue exists (a passive declare): a publish to a
-// topic without its queue would be unroutable.
-func (b *amqpBroker) TopicExists(_ context.Context, topic string) (bool, error) {
-	ch, err := b.conn.Channel()
-	if err != nil {
-		return false, err
-	}
-	_, err = ch.QueueDeclarePassive(topic, true, false, false, false, nil)
-	var amqpErr *amqp091.Error
-	if errors.As(err, &amqpErr) && amqpErr.Code == amqp091.NotFound {
-		return false, nil // the broker closed the channel
-	}
-	_ = ch.Close()
-	return err == nil, err
-}
-
-func (b *amqpBroker) DeadLetterTopic(topic string) string { return b.a.DeadLetterTopic(topic) }
-
-// DeadLetters reads the DLQ through package amqpstore: the command takes the whole queue
-// unacknowledged, acks what it deletes and requeues the rest when it ends.
-func (b *amqpBroker) DeadLetters(_ context.Context, dlq string) (deadletter.Store, error) {
-	return amqp.NewDeadLetterStore(b.conn, dlq, amqp.StoreConfig{Marshaler: b.a.Marshaler()})
-}
-
-// prepareReplay restores the original routing key: the dead letter may have come back through
-// a retry queue with another key (field report 2, trap 1).
-func (b *amqpBroker) prepareReplay(rec deadletter.Record, msg *message.Message) {
-	if rec.OriginalKey != "" {
-		msg.Metadata.Set(amqp.MetadataRoutingKey, rec.OriginalKey)
-	}
-}
-
-func (b *amqpBroker) Close() error {
-	_ = b.conn.Close()
-	return b.a.Close()
-}
-
-var _ deadletter.NativePublisher = (*amqpBroker)(nil)
+var _ deadletter.NativePublisher = (*urlBroker)(nil)
 
 // PublishNative re-publishes a dead letter as its producer sent it, to the topic's exchange with
 // the original routing key (else the topic), as mandatory with publisher confirms: rec.Payload as
-// the body; every header of rec.Native with its AMQP type and value (deadletter/amqpstore gives
+// the body; every header of rec.Native with its AMQP type and value (the dead-letter store gives
 // the typed ones there: the AMQP field-value tag as Type, its wire encoding as Value); the string
 // headers of rec.Metadata; the properties the record keeps (content-type, content-encoding,
 // correlation-id, reply-to, type, app-id; message-id = rec.UUID), persistent. It leaves out what
 // is not the producer's content: millrace's retry headers (millrace-attempt, ...), the broker's
 // dead-letter history (x-death, x-first-death-*, x-last-death-*, x-delivery-count, and millrace's
-// under amqp.HeaderHistoryPrefix), which RabbitMQ 3.x would trust on a client's message. A field
+// under HeaderHistoryPrefix), which RabbitMQ 3.x would trust on a client's message. A field
 // it cannot decode exactly is refused with deadletter.ErrNotReplayable and nothing is published,
 // and so is a record holding the producer's own dead-letter history (x-death, ... sent by the
-// producer: millrace's own is under amqp.HeaderHistoryPrefix), which cannot be put back safely.
+// producer: millrace's own is under HeaderHistoryPrefix), which cannot be put back safely.
 // Priority and timestamp are not in the record, so a replay has none; headers named like
 // millrace's retry headers are left out, since the record cannot tell a producer's from
 // millrace's own.
-func (b *amqpBroker) PublishNative(ctx context.Context, topic string, rec deadletter.Record) error {
+func (b *urlBroker) PublishNative(ctx context.Context, topic string, rec deadletter.Record) error {
 	if k := producerHistory(rec); k != "" {
 		// The producer's own dead-letter history is its content, but RabbitMQ 3.x trusts an
 		// x-death a client publishes (and may crash on one it cannot count): it cannot be put
@@ -164,12 +99,12 @@ func (b *amqpBroker) PublishNative(ctx context.Context, topic string, rec deadle
 
 // amqpProperties sets the basic properties the record keeps in metadata (adapters/amqp's keys).
 var amqpProperties = map[string]func(*amqp091.Publishing, string){
-	amqp.MetadataContentType:     func(p *amqp091.Publishing, v string) { p.ContentType = v },
-	amqp.MetadataContentEncoding: func(p *amqp091.Publishing, v string) { p.ContentEncoding = v },
-	amqp.MetadataCorrelationID:   func(p *amqp091.Publishing, v string) { p.CorrelationId = v },
-	amqp.MetadataReplyTo:         func(p *amqp091.Publishing, v string) { p.ReplyTo = v },
-	amqp.MetadataType:            func(p *amqp091.Publishing, v string) { p.Type = v },
-	amqp.MetadataAppID:           func(p *amqp091.Publishing, v string) { p.AppId = v },
+	MetadataContentType:     func(p *amqp091.Publishing, v string) { p.ContentType = v },
+	MetadataContentEncoding: func(p *amqp091.Publishing, v string) { p.ContentEncoding = v },
+	MetadataCorrelationID:   func(p *amqp091.Publishing, v string) { p.CorrelationId = v },
+	MetadataReplyTo:         func(p *amqp091.Publishing, v string) { p.ReplyTo = v },
+	MetadataType:            func(p *amqp091.Publishing, v string) { p.Type = v },
+	MetadataAppID:           func(p *amqp091.Publishing, v string) { p.AppId = v },
 }
 
 // replayedHeader reports whether a record's header is the producer's content, to re-publish:
@@ -177,19 +112,19 @@ var amqpProperties = map[string]func(*amqp091.Publishing, string){
 // history.
 func replayedHeader(k string) bool {
 	switch k {
-	case amqp.MetadataRoutingKey, amqp.MetadataDeliveryRoutingKey, amqp.MetadataExchange, amqp.MetadataRedelivered,
+	case MetadataRoutingKey, MetadataDeliveryRoutingKey, MetadataExchange, MetadataRedelivered,
 		millrace.HeaderAttempt, millrace.HeaderFirstAttemptAt, millrace.HeaderNotBefore,
 		millrace.HeaderOriginalTopic, millrace.HeaderOriginalKey, millrace.HeaderLastError:
 		return false
 	}
-	return !amqp.BrokerOwned(k) && !strings.HasPrefix(k, amqp.HeaderHistoryPrefix)
+	return !BrokerOwned(k) && !strings.HasPrefix(k, HeaderHistoryPrefix)
 }
 
 // producerHistory returns the name of a dead-letter history header (x-death, x-first-death-*,
 // x-last-death-*) the record holds as the producer's content, or "". x-delivery-count is not
 // one: a quorum DLQ adds it itself when a reader puts a dead letter back.
 func producerHistory(rec deadletter.Record) string {
-	owned := func(k string) bool { return amqp.BrokerOwned(k) && k != "x-delivery-count" }
+	owned := func(k string) bool { return BrokerOwned(k) && k != "x-delivery-count" }
 	for k := range rec.Metadata {
 		if owned(k) {
 			return k
@@ -207,7 +142,7 @@ func producerHistory(rec deadletter.Record) string {
 const maxAMQPDepth = 64
 
 // decodeAMQPValue decodes one AMQP 0-9-1 field value of type tag from b (the encoding after the
-// tag, as deadletter/amqpstore writes Record.Native) and returns it as amqp091 reads it, with
+// tag, as the dead-letter store writes Record.Native) and returns it as amqp091 reads it, with
 // the bytes after it. Every length is checked against the bytes present: it allocates no more
 // than b holds.
 func decodeAMQPValue(tag byte, b []byte, depth int) (any, []byte, error) {

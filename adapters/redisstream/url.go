@@ -1,0 +1,219 @@
+package redisstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/brokerurl"
+	"github.com/millrace/millrace/deadletter"
+)
+
+// Importing the package registers redis:// and rediss:// with brokerurl's default Mux.
+func init() { brokerurl.Register(urlDriver{}) }
+
+// urlDriver opens redis:// and rediss:// URLs:
+//
+//	redis://[user:password@]host:port/db?group=G[&consumer=C&window=64&processing_budget=30s
+//	        &min_idle=30s&reclaim_interval=1s&max_len=0][&go-redis options such as dial_timeout]
+//
+// The parameters besides go-redis's own (redis.ParseURL) set the Config field of the same
+// meaning; group is required unless the broker is opened with Options.NoConsume.
+type urlDriver struct{}
+
+var (
+	_ brokerurl.Driver            = urlDriver{}
+	_ brokerurl.ClientLogSilencer = urlDriver{}
+)
+
+// millraceParams are the query parameters millrace reads; every other one is go-redis's.
+var millraceParams = []string{"group", "consumer", "window", "processing_budget", "min_idle", "reclaim_interval", "max_len"}
+
+func (urlDriver) Schemes() []string { return []string{"redis", "rediss"} }
+
+// SilenceClientLogs discards go-redis's process-wide log output (dial failures are printed
+// there before the error reaches the caller).
+func (urlDriver) SilenceClientLogs() { redis.SetLogger(discardRedisLogger{}) }
+
+type discardRedisLogger struct{}
+
+func (discardRedisLogger) Printf(context.Context, string, ...any) {}
+
+// configFromURL builds the adapter's Config from u without connecting. The Redis connection
+// settings stay in Config.URL, stripped of millrace's parameters; go-redis checks its own.
+func configFromURL(u *url.URL, opts brokerurl.Options) (Config, error) {
+	p := brokerurl.NewParams(u)
+	cfg := Config{
+		Group:            p.String("group", ""),
+		Consumer:         p.String("consumer", ""),
+		Window:           p.Int("window", 0),
+		ProcessingBudget: p.Duration("processing_budget", 0),
+		MinIdle:          p.Duration("min_idle", 0),
+		ReclaimInterval:  p.Duration("reclaim_interval", 0),
+		MaxLen:           int64(p.Int("max_len", 0)),
+		Logger:           opts.LoggerOrDiscard(),
+	}
+	// go-redis's own options are go-redis's to check: mark them read here, then let ParseURL
+	// refuse the ones it does not know, under our error.
+	q := u.Query()
+	rest := url.Values{}
+	for k, v := range q {
+		if !slices.Contains(millraceParams, k) {
+			p.Has(k)
+			rest[k] = v
+		}
+	}
+	if err := p.Done(); err != nil {
+		return Config{}, err
+	}
+	clean := *u
+	clean.RawQuery = rest.Encode()
+	if _, err := redis.ParseURL(clean.String()); err != nil {
+		msg := strings.TrimPrefix(err.Error(), "redis: ")
+		if strings.HasPrefix(msg, "unexpected option") {
+			return Config{}, fmt.Errorf("%w: %s:// does not take %s (it takes %s and go-redis's own options, see redis.ParseURL)",
+				brokerurl.ErrUnknownParameter, u.Scheme, strings.TrimPrefix(strings.TrimPrefix(msg, "unexpected options: "), "unexpected option: "), strings.Join(millraceParams, ", "))
+		}
+		return Config{}, fmt.Errorf("%w: %s: %s", brokerurl.ErrInvalidURL, brokerurl.Redact(u.String()), msg)
+	}
+	cfg.URL = clean.String()
+	if cfg.Group == "" {
+		if !opts.NoConsume {
+			return Config{}, fmt.Errorf("%w: %s:// needs parameter group, the consumer group every subscription joins (e.g. ?group=billing)", brokerurl.ErrInvalidURL, u.Scheme)
+		}
+		// Never consumes: the adapter requires a group name but never uses it.
+		cfg.Group = "millrace-cli"
+	}
+	return cfg, cfg.Validate()
+}
+
+func (urlDriver) OpenAdapter(ctx context.Context, u *url.URL, opts brokerurl.Options) (millrace.Adapter, error) {
+	return openURL(ctx, u, opts)
+}
+
+// openURL opens the adapter u names and checks the server answers.
+func openURL(ctx context.Context, u *url.URL, opts brokerurl.Options) (*Adapter, error) {
+	cfg, err := configFromURL(u, opts)
+	if err != nil {
+		return nil, err
+	}
+	a, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.Client().Ping(ctx).Err(); err != nil {
+		_ = a.Close()
+		return nil, fmt.Errorf("connect to %s: %w", brokerurl.Redact(u.String()), err)
+	}
+	return a, nil
+}
+
+func (urlDriver) Open(ctx context.Context, u *url.URL, opts brokerurl.Options) (brokerurl.Broker, error) {
+	a, err := openURL(ctx, u, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &urlBroker{a: a}, nil
+}
+
+// urlBroker is Redis Streams opened by URL: replays are XADDs in the adapter's entry format,
+// and dead letters are read from its dead-letter streams.
+type urlBroker struct{ a *Adapter }
+
+var (
+	_ brokerurl.Broker           = (*urlBroker)(nil)
+	_ deadletter.NativePublisher = (*urlBroker)(nil)
+)
+
+func (b *urlBroker) Adapter() millrace.Adapter { return b.a }
+
+// PublishNative re-publishes a dead letter's Native content (a Redis entry that was not a
+// Watermill message): one XADD of exactly those fields, in their order, repeated names included.
+// Typed fields (another broker's headers) are refused with deadletter.ErrNotReplayable.
+func (b *urlBroker) PublishNative(ctx context.Context, topic string, rec deadletter.Record) error {
+	return b.a.PublishNative(ctx, topic, rec.Native)
+}
+
+// TopicExists reports whether topic is an existing stream: XADD would create a missing one,
+// with no consumer group to read the replay.
+func (b *urlBroker) TopicExists(ctx context.Context, topic string) (bool, error) {
+	typ, err := b.a.Client().Type(ctx, topic).Result()
+	if err != nil {
+		return false, err
+	}
+	return typ == "stream", nil
+}
+
+// DeadLetters returns the dead-letter stream dlq as a store. A missing key, or one that is not a
+// stream, is ErrDestinationNotFound: Redis creates a dead-letter stream with its first dead
+// letter, so a missing one also means none was ever written there.
+func (b *urlBroker) DeadLetters(ctx context.Context, dlq string) (deadletter.Store, error) {
+	typ, err := b.a.Client().Type(ctx, dlq).Result()
+	if err != nil {
+		return nil, err
+	}
+	switch typ {
+	case "stream":
+		return NewDeadLetterStore(b.a.Client(), dlq)
+	case "none":
+		return nil, &deadletter.DestinationNotFoundError{Kind: "stream", Name: dlq, Hint: "Redis creates it with its first dead letter: none was written there"}
+	}
+	return nil, &deadletter.DestinationNotFoundError{Kind: "stream", Name: dlq, Hint: "the key is a " + typ + ", not a stream"}
+}
+
+// DeadLetterDestinations lists the streams named like the adapter's default dead-letter streams
+// (<stream>.dlq) with their lengths, scanning every master of a cluster. Streams named by a
+// custom Config.DeadLetterStream are not found.
+func (b *urlBroker) DeadLetterDestinations(ctx context.Context) ([]brokerurl.Destination, error) {
+	var (
+		names []string
+		scan  = func(ctx context.Context, c *redis.Client) error {
+			it := c.ScanType(ctx, 0, "*"+DefaultDeadLetterSuffix, 1000, "stream").Iterator()
+			for it.Next(ctx) {
+				names = append(names, it.Val())
+			}
+			return it.Err()
+		}
+		err error
+	)
+	switch c := b.a.Client().(type) {
+	case *redis.Client:
+		err = scan(ctx, c)
+	case *redis.ClusterClient:
+		var mu sync.Mutex // ForEachMaster runs the callbacks concurrently
+		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return scan(ctx, m)
+		})
+	default:
+		return nil, errors.New("listing dead-letter streams needs a single-node or cluster client")
+	}
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	out := make([]brokerurl.Destination, 0, len(names))
+	for _, n := range names {
+		depth, err := b.a.Client().XLen(ctx, n).Result()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, brokerurl.Destination{Name: n, Topic: strings.TrimSuffix(n, DefaultDeadLetterSuffix), Depth: depth})
+	}
+	return out, nil
+}
+
+// PrepareReplay needs nothing on Redis: a replay is appended to the stream as it is.
+func (b *urlBroker) PrepareReplay(deadletter.Record, *message.Message) {}
+
+func (b *urlBroker) Close() error { return b.a.Close() }
