@@ -28,7 +28,7 @@ import (
 // typed headers, and reads the DLQ raw.
 //
 // A Content's Fields are every header (AMQP type tag as Type, the value's AMQP 0-9-1 wire
-// encoding after the tag as Value, tables with their keys sorted, as the dead-letter store (DeadLetterStore)
+// encoding after the tag as Value, tables with their keys sorted, as DeadLetterStore
 // encodes Record.Native) and every basic property that is set, named "property:<name>" with the
 // AMQP domain as Type (shortstr, octet, timestamp) and its wire bytes as Value; sorted by name,
 // since AMQP tables keep no order.
@@ -397,7 +397,7 @@ func content(body []byte, headers amqp091.Table, fields []deadletter.Field) (con
 }
 
 // encodeField appends the AMQP 0-9-1 wire encoding of v (without its tag) to buf and returns the
-// tag, as RabbitMQ and amqp091 write field values, table keys sorted (as the dead-letter store (DeadLetterStore)).
+// tag, as RabbitMQ and amqp091 write field values, table keys sorted (as DeadLetterStore).
 func encodeField(buf []byte, v any) (byte, []byte, bool) {
 	switch x := v.(type) {
 	case nil:

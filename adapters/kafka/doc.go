@@ -195,7 +195,7 @@
 //     never doubles or overrides it), the record keys with the origin again as KeyOriginTopic,
 //     KeyOriginPartition and KeyOriginOffset (unforgeable; DeadLetterOrigin reads them), and
 //     KeyOriginalHeaders. A handler's changes to the message's metadata are not in it.
-//     deadletter/kafkastore gives the original headers back in Record.Native when they repeat
+//     DeadLetterStore gives the original headers back in Record.Native when they repeat
 //     a name.
 //
 // The remaining limits: the retry topics are millrace's. A producer with write access to

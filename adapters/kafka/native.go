@@ -27,7 +27,7 @@ const HeaderOriginalTimestamp = "millrace-kafka-original-timestamp"
 // KeyOriginalHeaders is the dead-letter record header that counts the headers at the start of
 // a dead-letter record that are the original record's own, in order, repeated names kept, each
 // name escaped with deadletter.EscapeKey. It is not a record key: deadletter.FromMessage
-// ignores it; deadletter/kafkastore reads it to give back the original headers exactly.
+// ignores it; DeadLetterStore reads it to give back the original headers exactly.
 const KeyOriginalHeaders = deadletter.KeyPrefix + "kafka-original-headers"
 
 // Record keys of a dead letter that name the source record its retries descend from (topic,

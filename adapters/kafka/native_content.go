@@ -10,7 +10,7 @@ var _ deadletter.NativeSource = (*Adapter)(nil)
 
 // NativeContent returns the original headers of the record msg was delivered from (its own
 // headers, without millrace's retry state), in order, names as sent, Type NativeHeader, as
-// deadletter/kafkastore reads them into Record.Native, when two of them share a name (which
+// DeadLetterStore reads them into Record.Native, when two of them share a name (which
 // Metadata, a map, cannot hold); nil when no name repeats, or when this adapter's subscriber did
 // not deliver msg. The record's value is msg.Payload.
 func (a *Adapter) NativeContent(msg *message.Message) []deadletter.Field {

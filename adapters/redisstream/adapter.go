@@ -124,7 +124,7 @@ func (a *Adapter) Subscriber() message.Subscriber {
 // uses: each message is the original message of a dead letter with its metadata keys escaped
 // (deadletter.EscapeKey) and the record fields added, so deadletter.FromMessage reads the record
 // back. A dead letter whose original entry was not a Watermill message arrives with
-// millrace.WithDecodeError and the original payload field, if any; the dead-letter store (DeadLetterStore) reads
+// millrace.WithDecodeError and the original payload field, if any; DeadLetterStore reads
 // such entries whole (Record.Native). Do not use it on a work stream: there the record fields
 // would be whatever a producer wrote.
 func (a *Adapter) DeadLetterSubscriber() message.Subscriber {

@@ -7,7 +7,7 @@
 // Entries use watermill-redisstream's layout (v1.4.5; its marshaller writes them): field
 // "_watermill_message_uuid" (text), "payload" (raw bytes) and "metadata" (a msgpack map, empty
 // without metadata). Watermill producers and consumers interoperate with this adapter. Package
-// wire holds the format, shared with the dead-letter store (DeadLetterStore).
+// wire holds the format, shared with DeadLetterStore.
 //
 // # Untrusted input
 //
@@ -118,7 +118,7 @@
 // deadletter.KeyPrefix is written as deadletter.EscapeKey of it; the record's fields follow,
 // sorted by name (wire.DeadLetterFields). Reading a dead-letter stream through
 // DeadLetterSubscriber merges the record fields into the metadata (original keys escaped), so
-// deadletter.FromMessage decodes it; the dead-letter store (DeadLetterStore) reads the same entries as records, a
+// deadletter.FromMessage decodes it; DeadLetterStore reads the same entries as records, a
 // foreign original as Record.Native. Adapter.PublishNative re-publishes such content exactly
 // (`millrace dlq replay` uses it). Scheduled or pending entries that were trimmed or deleted
 // from the stream (XCLAIM returns nothing for them) are acknowledged and counted in

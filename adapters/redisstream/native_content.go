@@ -10,7 +10,7 @@ import (
 var _ deadletter.NativeSource = (*Adapter)(nil)
 
 // NativeContent returns the fields of the stream entry msg was delivered from, in stream order
-// with repeated names kept (as the dead-letter store (DeadLetterStore) reads them into Record.Native), when the
+// with repeated names kept (as DeadLetterStore reads them into Record.Native), when the
 // entry is not exactly a Watermill message (wire.Decode fails on it); nil when it is one, or
 // when this adapter's subscriber did not deliver msg.
 func (a *Adapter) NativeContent(msg *message.Message) []deadletter.Field {

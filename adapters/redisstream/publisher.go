@@ -54,7 +54,7 @@ func (p *publisher) publish(ctx context.Context, stream string, msgs []*message.
 func (p *publisher) Close() error { return nil }
 
 // PublishNative appends one entry to stream with exactly fields, in their order (repeated names
-// included): the Native content of a dead letter read by the dead-letter store (DeadLetterStore), re-published as
+// included): the Native content of a dead letter read by DeadLetterStore, re-published as
 // the entry first arrived. It refuses, with an error wrapping deadletter.ErrNotReplayable,
 // content a Redis entry cannot hold exactly: no field at all, or a typed field (another
 // broker's header). Config.MaxLen applies as for Publish.

@@ -89,7 +89,7 @@
 //
 // The one remaining limit: a message that already fills the dead-letter queue's
 // MaximumMessageSize (the 256 KiB default for both queues) leaves no room for the record, so
-// its dead letter is the original message alone (a warning is logged; deadletter/sqsstore
+// its dead letter is the original message alone (a warning is logged; DeadLetterStore
 // shows it as "not a millrace dead letter", content intact). Give the dead-letter queue a
 // larger MaximumMessageSize than the source queue (SQS allows 1 MiB) to keep the record too.
 // Attribute names millrace uses for packing (AttrMetadata, AttrMetadataBinary,

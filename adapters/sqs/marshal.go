@@ -281,7 +281,7 @@ func clip(s string) string {
 
 // DecodeAttributes reads SQS message attributes as the adapter's subscriber does: metadata byte
 // for byte (a String AttrUUID left out: it is the UUID; one of another type is content), packed attributes unpacked; types holds the data type of
-// every value whose attribute was not a plain String. deadletter/sqsstore reads dead letters
+// every value whose attribute was not a plain String. DeadLetterStore reads dead letters
 // with it. The result never depends on map iteration order.
 //
 // Only String attributes under the packing names (AttrMetadata, AttrMetadataBinary,

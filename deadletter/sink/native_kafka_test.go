@@ -38,7 +38,7 @@ func kafkaBrokers(t *testing.T) []string {
 // TestKafkaRepeatedHeadersKeptInTable: a foreign Kafka record whose headers repeat a name
 // (which Metadata, a map, cannot hold) is retried once and dead-lettered through a Sink into
 // the table; the row's Native holds every original header in order, Type kafka.NativeHeader,
-// as the dead-letter store (DeadLetterStore) would read them, and not millrace's retry state. On the old code the
+// as the Kafka adapter's DeadLetterStore would read them, and not millrace's retry state. On the old code the
 // row held only the metadata map: two of the three "trace" values were lost.
 func TestKafkaRepeatedHeadersKeptInTable(t *testing.T) {
 	brokers := kafkaBrokers(t)

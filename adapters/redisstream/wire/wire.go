@@ -1,6 +1,6 @@
 // Package wire is the Redis Streams entry format millrace writes and reads: entries with their
 // fields in the order Redis keeps them, watermill-redisstream's message layout, and the layout
-// of a dead letter. adapters/redisstream consumes and dead-letters with it; the dead-letter store (DeadLetterStore)
+// of a dead letter. adapters/redisstream consumes and dead-letters with it; DeadLetterStore
 // reads and writes dead-letter streams with it, so both agree on every byte.
 //
 // Everything here treats an entry as untrusted input: it allocates in proportion to the bytes
