@@ -1,0 +1,162 @@
+package sqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/brokerurl"
+	"github.com/millrace/millrace/plan"
+)
+
+var (
+	_ brokerurl.Planner = urlDriver{}
+	_ brokerurl.Checker = (*urlBroker)(nil)
+)
+
+// attrDelay is the queue's DelaySeconds: a delay SQS adds to every message sent to the queue.
+const attrDelay = "DelaySeconds"
+
+// MaxDelaySeconds is SQS's longest DelaySeconds (15 minutes). The adapter never delays with it:
+// a retry is a ChangeMessageVisibility on the received message, bounded by MaxVisibility.
+const MaxDelaySeconds = 15 * time.Minute
+
+// Plan plans spec on the SQS endpoint u names, offline. The URL's processing_budget defaults to
+// spec.Budget: the adapter's ProcessingBudget is the router's budget.
+func (urlDriver) Plan(u *url.URL, spec plan.Spec) (plan.BrokerPlan, error) {
+	if spec.Budget > 0 {
+		u = brokerurl.WithDefaultParam(u, "processing_budget", spec.Budget.String())
+	}
+	cfg, cfgErr := configFromURL(u, brokerurl.Options{})
+	var ce *millrace.ConfigError
+	if cfgErr != nil && !errors.As(cfgErr, &ce) {
+		return plan.BrokerPlan{}, cfgErr
+	}
+	return planConfig(cfg, cfgErr, spec), nil
+}
+
+// planConfig is the plan of spec under cfg, whose Validate answered cfgErr.
+func planConfig(cfg Config, cfgErr error, spec plan.Spec) plan.BrokerPlan {
+	cfg.setDefaults()
+	a := &Adapter{cfg: cfg} // never connected: plan.New calls Capabilities, MaxBudget, DeadLetterTopic
+	bp := plan.New(spec, a)
+	bp.Rules = append([]plan.Rule{plan.Checked(
+		"visibility timeout whole seconds, 1s to 12h; processing budget at most visibility - 1s; retention, suffix, wait time within SQS limits",
+		"sqs.Config.Validate", cfgErr,
+		fmt.Sprintf("visibility %s; budget %s <= %s - %s", cfg.VisibilityTimeout, cfg.ProcessingBudget, cfg.VisibilityTimeout, MinVisibilityMargin))},
+		bp.Rules...)
+
+	need := retentionNeeded(spec.Policy, cfg.VisibilityTimeout)
+	bp.AddRule("a message outlives its last attempt: attempts x visibility + retries <= 14 days retention",
+		"sqs.Adapter.Provision (checkRetention)", checkRetention(spec.Policy, cfg.VisibilityTimeout),
+		fmt.Sprintf("%s from first receive to give-up <= %s", need, MaxRetention))
+	bp.Rules = append(bp.Rules, plan.Rule{Check: "DelaySeconds at most 15 min", By: "sqs (not used)", Status: plan.NotApplicable,
+		Detail: fmt.Sprintf("retries change the message's visibility (at most 12h from its receive, so %s here), they never use DelaySeconds",
+			cfg.maxDelay())})
+
+	work, dlq := a.QueueName(spec.Topic), a.QueueName(a.DeadLetterTopic(spec.Topic))
+	redrive := plan.Setting{Name: attrRedrive, Value: "absent, or maxReceiveCount " + strconv.Itoa(spec.Policy.MaxAttempts),
+		Why: "GiveUpSend: the adapter sends dead letters; a safety-net RedrivePolicy must count MaxAttempts receives"}
+	redriveRule := plan.Rule{Check: "RedrivePolicy maxReceiveCount = MaxAttempts", By: "sqs.Adapter.Provision", Status: plan.Pass,
+		Detail: fmt.Sprintf("give_up=send: an existing RedrivePolicy must have maxReceiveCount %d (plan --check reads it)", spec.Policy.MaxAttempts)}
+	if cfg.GiveUp == GiveUpRedrive {
+		redrive.Value = redrivePolicy("<arn of "+dlq+">", spec.Policy.MaxAttempts)
+		redrive.Why = "GiveUpRedrive: SQS moves a message to " + dlq + " on its receive after MaxAttempts"
+		redriveRule.Detail = fmt.Sprintf("give_up=redrive: Provision sets maxReceiveCount %d", spec.Policy.MaxAttempts)
+	}
+	bp.Rules = append(bp.Rules, redriveRule)
+
+	retention := plan.Setting{Name: attrRetention, Value: ">= " + seconds(need.Round(time.Second)+time.Second),
+		Why: "messages must not expire before their last attempt (SQS's default is 4 days)"}
+	if need > 4*24*time.Hour {
+		retention.Value = seconds(need.Round(time.Second) + time.Second)
+	}
+	bp.Topology = []plan.Resource{
+		{Kind: "queue", Name: work, Role: "work", Settings: []plan.Setting{
+			{Name: attrVisibility, Value: seconds(cfg.VisibilityTimeout), Why: "Config.VisibilityTimeout, above the processing budget"},
+			retention, redrive,
+			{Name: attrDelay, Value: "0", Why: "a queue delay holds back every first delivery and replay"},
+		}},
+		{Kind: "queue", Name: dlq, Role: "dead letter", Settings: []plan.Setting{
+			{Name: attrRetention, Value: seconds(cfg.DeadLetterRetention), Why: "Config.DeadLetterRetention"},
+		}},
+	}
+
+	plan.MapSteps(bp.Steps, func(d time.Duration) time.Duration {
+		return time.Duration(visibilitySeconds(d, 0)) * time.Second
+	})
+	for i := range bp.Steps {
+		bp.Steps[i].Via = work + " (the message stays hidden: visibility timeout)"
+	}
+	bp.SetTrait(plan.TraitRetry, "the same message, hidden by ChangeMessageVisibility")
+	bp.SetTrait(plan.TraitUnacked, "after the visibility timeout ("+cfg.VisibilityTimeout.String()+"), after a crash too")
+	bp.SetTrait(plan.TraitPayload, "text only (valid UTF-8)")
+	bp.SetTrait("give-up by", cfg.GiveUp.String())
+	return bp
+}
+
+// Check compares the topic's queues with the plan, reading their attributes and RedrivePolicy:
+// the adapter's own Provision check, run with CreateQueues off so that it changes nothing, then
+// the queue's DelaySeconds.
+func (b *urlBroker) Check(ctx context.Context, spec plan.Spec, want plan.BrokerPlan) ([]plan.Mismatch, error) {
+	cfg := b.a.cfg
+	cfg.CreateQueues = false
+	ca, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = ca.Close() }()
+	work, dlq := ca.QueueName(spec.Topic), ca.QueueName(ca.DeadLetterTopic(spec.Topic))
+	var ms []plan.Mismatch
+	for _, name := range []string{work, dlq} {
+		if _, ok, err := ca.urls.lookup(ctx, name); err != nil {
+			return nil, err
+		} else if !ok {
+			ms = append(ms, plan.Mismatch{Resource: "queue " + name, Setting: "existence", Want: "exists",
+				Why: "Provision creates it only with create=true (Config.CreateQueues)"})
+		}
+	}
+	if len(ms) > 0 {
+		return ms, nil
+	}
+	err = ca.Provision(ctx, spec.Topic, spec.Policy)
+	var me *MismatchError
+	var ce *millrace.ConfigError
+	switch {
+	case errors.As(err, &me):
+		for _, m := range me.Mismatches {
+			ms = append(ms, plan.Mismatch{Resource: "queue " + me.Queue, Setting: m.Attribute, Want: m.Want, Got: m.Got, Why: m.Why})
+		}
+	case errors.As(err, &ce):
+		res, setting := "topic "+spec.Topic, ce.Field
+		if rest, ok := strings.CutPrefix(ce.Field, "queue "); ok {
+			q, s, _ := strings.Cut(rest, " ")
+			res, setting = "queue "+q, s
+		}
+		wantValue := ""
+		if setting == attrRedrive+".maxReceiveCount" {
+			wantValue = strconv.Itoa(spec.Policy.MaxAttempts)
+		}
+		ms = append(ms, plan.Mismatch{Resource: res, Setting: setting, Want: wantValue, Got: ce.Value, Why: ce.Rule})
+	case err != nil:
+		return nil, err
+	}
+	qurl, _, err := ca.urls.lookup(ctx, work)
+	if err != nil {
+		return nil, err
+	}
+	delay, err := ca.queueAttribute(ctx, qurl, attrDelay)
+	if err != nil && !strings.Contains(err.Error(), "has no "+attrDelay) {
+		return nil, err
+	}
+	if delay != "" && delay != "0" {
+		ms = append(ms, plan.Mismatch{Resource: "queue " + work, Setting: attrDelay, Want: "0", Got: delay,
+			Why: "every first delivery and replay waits that long; the give-up time grows by it"})
+	}
+	return ms, nil
+}

@@ -1,0 +1,149 @@
+package sqs_test
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/adapters/sqs"
+	"github.com/millrace/millrace/brokerurl"
+	"github.com/millrace/millrace/plan"
+)
+
+// fieldReportSpec is field report 3's policy on topic with the given budget.
+func fieldReportSpec(topic string, budget time.Duration) plan.Spec {
+	return plan.Spec{Topic: topic, Policy: millrace.RetryPolicy{MaxAttempts: 5, Backoff: millrace.Fixed(time.Minute)},
+		Budget: budget, Lease: 2 * time.Minute}
+}
+
+func planOne(t *testing.T, spec plan.Spec, raw string, check bool) plan.Report {
+	t.Helper()
+	r, err := brokerurl.Plan(context.Background(), spec, []string{raw}, brokerurl.PlanOptions{Check: check})
+	if err != nil {
+		t.Fatalf("plan %s: %v", raw, err)
+	}
+	return r
+}
+
+// TestPlanFieldReport: the 104 s budget does not fit the 60 s visibility timeout, and
+// sqs.Config.Validate says so; 50 s does, and dead letters come 4 to 8m10s after the first attempt.
+func TestPlanFieldReport(t *testing.T) {
+	const raw = "sqs+http://127.0.0.1:19324?visibility=60s"
+	r := planOne(t, fieldReportSpec("push.requested", 104*time.Second), raw, false)
+	if r.OK {
+		t.Fatal("104 s budget with a 60 s visibility timeout: plan OK")
+	}
+	problems := strings.Join(r.Problems(), "\n")
+	if !strings.Contains(problems, "sqs.Config.ProcessingBudget = 1m44s") || !strings.Contains(problems, "sqs.Config.VisibilityTimeout (1m0s)") {
+		t.Fatalf("problems do not name the budget vs visibility conflict:\n%s", problems)
+	}
+
+	r = planOne(t, fieldReportSpec("push.requested", 50*time.Second), raw, false)
+	if !r.OK {
+		t.Fatalf("50 s budget: %q", r.Problems())
+	}
+	b := r.Brokers[0]
+	if time.Duration(b.GiveUp.Min) != 4*time.Minute || time.Duration(b.GiveUp.Max) != 8*time.Minute+10*time.Second {
+		t.Errorf("give-up %s, want 4m0s to 8m10s", b.GiveUp)
+	}
+	if b.Topology[0].Name != "push-requested" || b.Topology[1].Name != "push-requested-dlq" || b.Topology[0].Settings[0].Value != "60" {
+		t.Errorf("topology %+v", b.Topology)
+	}
+	// A budget the URL gives is the adapter's; the router's longer one is refused by the router's rule.
+	r = planOne(t, fieldReportSpec("push.requested", 50*time.Second), raw+"&processing_budget=40s", false)
+	if r.OK || !strings.Contains(strings.Join(r.Problems(), "\n"), "Config.Budget = 50s") {
+		t.Errorf("router budget 50s over the adapter's 40s: %q", r.Problems())
+	}
+}
+
+// TestPlanRoundsDelays: SQS waits whole seconds, rounded up.
+func TestPlanRoundsDelays(t *testing.T) {
+	spec := plan.Spec{Topic: "t", Budget: 10 * time.Second,
+		Policy: millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Exponential{Initial: 10 * time.Second, Max: time.Minute, Jitter: 0.25}}}
+	r := planOne(t, spec, "sqs+http://127.0.0.1:19324?visibility=30s", false)
+	s := r.Brokers[0].Steps
+	if len(s) != 2 || time.Duration(s[0].Min) != 8*time.Second || time.Duration(s[0].Max) != 10*time.Second ||
+		time.Duration(s[1].Min) != 15*time.Second || time.Duration(s[1].Max) != 20*time.Second {
+		t.Fatalf("steps %+v, want 8s..10s, 15s..20s (7.5s rounded up)", s)
+	}
+}
+
+// TestPlanCheck provisions a topic, sees plan --check pass, then changes queue settings by hand
+// and sees each named.
+func TestPlanCheck(t *testing.T) {
+	ep := endpoint(t)
+	u, err := url.Parse(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, giveUp := range []string{"send", "redrive"} {
+		t.Run(giveUp, func(t *testing.T) {
+			raw := "sqs+http://" + u.Host + "?visibility=60s&give_up=" + giveUp
+			topic := uniqueTopic("plan")
+			spec := fieldReportSpec(topic, 50*time.Second)
+
+			r := planOne(t, spec, raw, true)
+			if r.OK || len(r.Brokers[0].Mismatches) != 2 || r.Brokers[0].Mismatches[0].Setting != "existence" {
+				t.Fatalf("before Provision: mismatches %+v, want both queues missing", r.Brokers[0].Mismatches)
+			}
+
+			ad, err := brokerurl.OpenAdapter(ctx, raw+"&processing_budget=50s", brokerurl.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = ad.Close() })
+			a := ad.(*sqs.Adapter)
+			if err := a.Provision(ctx, topic, spec.Policy); err != nil {
+				t.Fatal(err)
+			}
+			r = planOne(t, spec, raw, true)
+			if !r.OK || !r.Brokers[0].Checked || len(r.Brokers[0].Mismatches) != 0 {
+				t.Fatalf("provisioned: OK %v, problems %q", r.OK, r.Problems())
+			}
+
+			qurl, ok, err := sqs.QueueURL(ctx, a.Client(), a.QueueName(topic))
+			if err != nil || !ok {
+				t.Fatal(ok, err)
+			}
+			dlqURL, _, _ := sqs.QueueURL(ctx, a.Client(), a.QueueName(a.DeadLetterTopic(topic)))
+			arn := queueAttrs(t, a, dlqURL)["QueueArn"]
+			set := func(attrs map[string]string) {
+				t.Helper()
+				if _, err := a.Client().SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: aws.String(qurl), Attributes: attrs}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// maxReceiveCount edited by hand.
+			set(map[string]string{"RedrivePolicy": redrive(arn, 3)})
+			r = planOne(t, spec, raw, true)
+			ms := r.Brokers[0].Mismatches
+			if r.OK || len(ms) != 1 || !strings.HasPrefix(ms[0].Setting, "RedrivePolicy") || ms[0].Resource != "queue "+a.QueueName(topic) {
+				t.Fatalf("maxReceiveCount 3: mismatches %+v", ms)
+			}
+			if !strings.Contains(ms[0].String(), "3") {
+				t.Errorf("mismatch %q does not show the 3 it found", ms[0])
+			}
+			set(map[string]string{"RedrivePolicy": redrive(arn, 5)})
+			if r = planOne(t, spec, raw, true); !r.OK {
+				t.Fatalf("maxReceiveCount back at 5: %q", r.Problems())
+			}
+			// The visibility timeout and a queue delay edited by hand.
+			set(map[string]string{"VisibilityTimeout": "30", "DelaySeconds": "5"})
+			r = planOne(t, spec, raw, true)
+			got := map[string]plan.Mismatch{}
+			for _, m := range r.Brokers[0].Mismatches {
+				got[m.Setting] = m
+			}
+			if got["VisibilityTimeout"].Got != "30" || got["VisibilityTimeout"].Want != "60" || got["DelaySeconds"].Got != "5" || len(got) != 2 {
+				t.Fatalf("visibility 30 and delay 5: mismatches %+v", r.Brokers[0].Mismatches)
+			}
+		})
+	}
+}
