@@ -27,6 +27,21 @@ func (t tierSet) pick(d time.Duration) time.Duration {
 	return t.delays[len(t.delays)-1]
 }
 
+// planTiers returns the retry tiers Provision declares for policy: one per distinct delay, and
+// the policy's first delay as the tier rejected messages reach. None for a single attempt.
+func planTiers(policy millrace.RetryPolicy) tierSet {
+	var ts tierSet
+	if policy.MaxAttempts > 1 {
+		ts.reject = policy.Delay(1)
+		ts.delays = policy.DistinctDelays()
+		if !slices.Contains(ts.delays, ts.reject) {
+			ts.delays = append(ts.delays, ts.reject)
+			slices.Sort(ts.delays)
+		}
+	}
+	return ts
+}
+
 // Provision declares topic's topology for policy (idempotent): the work exchange, queue and
 // bindings, the dead-letter exchange and DLQ, and one retry queue per distinct delay of the
 // policy. It refuses a policy the adapter cannot honour (ValidateFor), and returns an error
@@ -50,21 +65,13 @@ func (a *Adapter) Provision(ctx context.Context, topic string, policy millrace.R
 	if err := a.declareBase(ch, topic); err != nil {
 		return err
 	}
-	var ts tierSet
-	if policy.MaxAttempts > 1 {
-		ts.reject = policy.Delay(1)
-		ts.delays = policy.DistinctDelays()
-		if !slices.Contains(ts.delays, ts.reject) {
-			ts.delays = append(ts.delays, ts.reject)
-			slices.Sort(ts.delays)
+	ts := planTiers(policy)
+	for _, d := range ts.delays {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-		for _, d := range ts.delays {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if err := a.declareTier(ch, topic, d, d == ts.reject); err != nil {
-				return err
-			}
+		if err := a.declareTier(ch, topic, d, d == ts.reject); err != nil {
+			return err
 		}
 	}
 	a.mu.Lock()

@@ -76,13 +76,9 @@ func merge(a, b amqp091.Table) amqp091.Table {
 	return out
 }
 
-// declareBase declares what a topic needs whatever its policy: the work exchange and queue
-// with their bindings, the dead-letter exchange and the DLQ.
-func (a *Adapter) declareBase(ch *amqp091.Channel, topic string) error {
-	n := a.names(topic)
-	if err := a.declareDeadLetter(ch, n); err != nil {
-		return err
-	}
+// workArgs are the arguments of a topic's work queue: a rejected message is dead-lettered to
+// the first retry tier through the dead-letter exchange.
+func (a *Adapter) workArgs(n names) amqp091.Table {
 	work := merge(a.queueArgs(), amqp091.Table{
 		"x-dead-letter-exchange":    n.dlx,
 		"x-dead-letter-routing-key": rejectKey,
@@ -90,7 +86,27 @@ func (a *Adapter) declareBase(ch *amqp091.Channel, topic string) error {
 	if a.cfg.QueueType == Quorum {
 		work["x-delivery-limit"] = int64(a.cfg.DeliveryLimit)
 	}
-	if _, err := ch.QueueDeclare(n.topic, true, false, false, false, work); err != nil {
+	return work
+}
+
+// tierArgs are the arguments of the retry queue of delay d: its TTL is d, and an expired
+// message goes through the default exchange back to the work queue.
+func (a *Adapter) tierArgs(n names, d time.Duration) amqp091.Table {
+	return merge(a.queueArgs(), amqp091.Table{
+		"x-message-ttl":             d.Milliseconds(),
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": n.topic,
+	})
+}
+
+// declareBase declares what a topic needs whatever its policy: the work exchange and queue
+// with their bindings, the dead-letter exchange and the DLQ.
+func (a *Adapter) declareBase(ch *amqp091.Channel, topic string) error {
+	n := a.names(topic)
+	if err := a.declareDeadLetter(ch, n); err != nil {
+		return err
+	}
+	if _, err := ch.QueueDeclare(n.topic, true, false, false, false, a.workArgs(n)); err != nil {
 		return topologyError("declare work queue "+n.topic, err)
 	}
 	a.track("queue", n.topic)
@@ -131,12 +147,7 @@ func (a *Adapter) declareDeadLetter(ch *amqp091.Channel, n names) error {
 func (a *Adapter) declareTier(ch *amqp091.Channel, topic string, d time.Duration, reject bool) error {
 	n := a.names(topic)
 	q := tierQueue(topic, d, reject)
-	args := merge(a.queueArgs(), amqp091.Table{
-		"x-message-ttl":             d.Milliseconds(),
-		"x-dead-letter-exchange":    "",
-		"x-dead-letter-routing-key": n.topic,
-	})
-	if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
+	if _, err := ch.QueueDeclare(q, true, false, false, false, a.tierArgs(n, d)); err != nil {
 		return topologyError("declare retry queue "+q, err)
 	}
 	a.track("queue", q)
