@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -48,11 +49,17 @@ type Filter struct {
 	Since time.Time
 	// Until keeps entries whose LastFailureAt is before it; zero = no upper bound.
 	Until time.Time
+	// Handler keeps entries whose Handler equals it exactly; "" = any.
+	Handler string
+	// ErrorContains keeps entries whose LastError contains it (case-sensitive substring);
+	// "" = any.
+	ErrorContains string
 }
 
 // IsZero reports whether f selects every entry. Purge refuses such a filter.
 func (f Filter) IsZero() bool {
-	return f.Topic == "" && f.Reason == "" && f.Since.IsZero() && f.Until.IsZero()
+	return f.Topic == "" && f.Reason == "" && f.Since.IsZero() && f.Until.IsZero() &&
+		f.Handler == "" && f.ErrorContains == ""
 }
 
 // Match reports whether rec passes f, for stores that filter in Go.
@@ -66,11 +73,15 @@ func (f Filter) Match(rec Record) bool {
 		return false
 	case !f.Until.IsZero() && (rec.LastFailureAt.IsZero() || !rec.LastFailureAt.Before(f.Until)):
 		return false
+	case f.Handler != "" && rec.Handler != f.Handler:
+		return false
+	case f.ErrorContains != "" && !strings.Contains(rec.LastError, f.ErrorContains):
+		return false
 	}
 	return true
 }
 
-// Validate checks the reason and the time range.
+// Validate checks the reason and the time range. Handler and ErrorContains take any text.
 func (f Filter) Validate() error {
 	if f.Reason != "" && !f.Reason.Valid() {
 		return &FilterError{Field: "Reason", Value: string(f.Reason), Rule: "must be discarded, exhausted or malformed"}
@@ -171,4 +182,4 @@ type Purger interface {
 }
 
 // ErrPurgeAll is returned by Purge for the zero Filter: emptying a store takes an explicit filter.
-var ErrPurgeAll = errors.New("deadletter: purge needs a filter (topic, reason or time range)")
+var ErrPurgeAll = errors.New("deadletter: purge needs a filter (topic, reason, time range, handler or error text)")

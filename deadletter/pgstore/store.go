@@ -259,6 +259,15 @@ func whereClause(f deadletter.Filter) (string, []any) {
 	if !f.Until.IsZero() {
 		add("last_failure_at < $?", f.Until)
 	}
+	// Handler and last_error were stored through text(): the filter values go through it too,
+	// so a NUL or invalid UTF-8 byte matches what Put wrote for it.
+	if f.Handler != "" {
+		add("handler = $?", text(f.Handler))
+	}
+	if f.ErrorContains != "" {
+		// strpos, not LIKE: the text is a plain substring, with no % or _ to escape.
+		add("strpos(last_error, $?) > 0", text(f.ErrorContains))
+	}
 	return where, args
 }
 

@@ -162,3 +162,25 @@ func TestOpenUnreachable(t *testing.T) {
 		t.Fatal("Open succeeded on a closed port")
 	}
 }
+
+// TestFilterHandlerAndErrorTextAsStored: Put stores text columns through text() (NUL and
+// invalid UTF-8 become U+FFFD), and the Handler and ErrorContains filters match what it stored.
+func TestFilterHandlerAndErrorTextAsStored(t *testing.T) {
+	s := pgtest.Store(t, pgtest.Pool(t))
+	ctx := context.Background()
+	rec := storetest.Sample(1, "orders", deadletter.Exhausted)
+	rec.Handler, rec.LastError = "h\x00andler", "first line\nsecond \xff line"
+	if _, err := s.Put(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []deadletter.Filter{
+		{Handler: "h\x00andler"}, {ErrorContains: "second \xff"}, {ErrorContains: "line\nsecond"},
+	} {
+		if n, err := s.Count(ctx, f); err != nil || n != 1 {
+			t.Errorf("Count(%q) = %d, %v; want 1", f, n, err)
+		}
+	}
+	if n, err := s.Count(ctx, deadletter.Filter{ErrorContains: "_"}); err != nil || n != 0 {
+		t.Errorf("Count(ErrorContains _) = %d, %v; want 0 (no LIKE wildcard)", n, err)
+	}
+}

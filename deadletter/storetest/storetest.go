@@ -207,12 +207,18 @@ func testMissing(t *testing.T, s deadletter.Store, _ Options) {
 	}
 }
 
-// fixture stores 12 records: topics a/b alternating, reasons cycling, one minute apart.
+// fixture stores 12 records: topics a/b alternating, reasons cycling, one minute apart;
+// handler "storetest-handler" for the first half and "other-handler" for the second, and the
+// LastError of Sample (which names the message's number).
 func fixture(t *testing.T, s deadletter.Store) []string {
 	reasons := []deadletter.Reason{deadletter.Exhausted, deadletter.Malformed, deadletter.Discarded}
 	ids := make([]string, 12)
 	for i := range ids {
-		ids[i] = put(t, s, Sample(i, []string{"a", "b"}[i%2], reasons[i%3]))
+		rec := Sample(i, []string{"a", "b"}[i%2], reasons[i%3])
+		if i >= 6 {
+			rec.Handler = "other-handler"
+		}
+		ids[i] = put(t, s, rec)
 	}
 	return ids
 }
@@ -262,6 +268,14 @@ func testFilters(t *testing.T, s deadletter.Store, _ Options) {
 		{deadletter.Filter{Until: base.Add(2 * time.Minute)}, []int{0, 1}},
 		{deadletter.Filter{Since: base.Add(3 * time.Minute), Until: base.Add(6 * time.Minute), Topic: "a"}, []int{4}},
 		{deadletter.Filter{Topic: "none"}, nil},
+		{deadletter.Filter{Handler: "other-handler"}, []int{6, 7, 8, 9, 10, 11}},
+		{deadletter.Filter{Handler: "other"}, nil}, // exact, not a prefix
+		{deadletter.Filter{Handler: "storetest-handler", Topic: "b"}, []int{1, 3, 5}},
+		{deadletter.Filter{ErrorContains: "of message 1"}, []int{1, 10, 11}},
+		{deadletter.Filter{ErrorContains: "message 1)"}, []int{1}},
+		{deadletter.Filter{ErrorContains: "Dependency"}, nil}, // case-sensitive
+		{deadletter.Filter{ErrorContains: "%"}, nil},          // a plain substring, no pattern
+		{deadletter.Filter{ErrorContains: "message 1", Handler: "other-handler", Reason: deadletter.Malformed}, []int{10}},
 	}
 	for _, c := range cases {
 		var want []string
@@ -366,6 +380,13 @@ func testPurge(t *testing.T, s deadletter.Store, _ Options) {
 	}
 	if left, _ := s.Count(ctx, deadletter.Filter{}); left != 10 {
 		t.Fatalf("%d entries left, want 10", left)
+	}
+	n, err = p.Purge(ctx, deadletter.Filter{Handler: "other-handler", ErrorContains: "message 1"})
+	if err != nil || n != 1 {
+		t.Fatalf("Purge(handler, error text) = %d, %v; want 1 (uuid-0011; uuid-0010 is gone)", n, err)
+	}
+	if left, _ := s.Count(ctx, deadletter.Filter{}); left != 9 {
+		t.Fatalf("%d entries left, want 9", left)
 	}
 }
 
