@@ -191,7 +191,7 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "\nretry window (first failure to last attempt, at the shortest): %s\n", s.RetryWindow)
 	b.WriteString("\nrules for every broker\n")
-	writeRules(&b, r.Rules)
+	writeRules(&b, "  ", r.Rules)
 	for _, br := range r.Brokers {
 		writeBroker(&b, br)
 	}
@@ -220,7 +220,11 @@ func (r Report) WriteText(w io.Writer) error {
 	} else {
 		b.WriteString("\nresult: FAIL (" + r.failures() + ")\n")
 	}
-	_, err := io.WriteString(w, b.String())
+	lines := strings.Split(b.String(), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " ")
+	}
+	_, err := io.WriteString(w, strings.Join(lines, "\n"))
 	return err
 }
 
@@ -291,9 +295,9 @@ func columnName(br BrokerResult, all []BrokerResult) string {
 	return br.Broker
 }
 
-func writeRules(b *strings.Builder, rules []Rule) {
+func writeRules(b *strings.Builder, indent string, rules []Rule) {
 	for _, r := range rules {
-		fmt.Fprintf(b, "  %-4s  %s [%s]", r.Status, r.Check, r.By)
+		fmt.Fprintf(b, "%s%-4s  %s [%s]", indent, r.Status, r.Check, r.By)
 		if r.Detail != "" {
 			fmt.Fprintf(b, ": %s", r.Detail)
 		}
@@ -342,7 +346,7 @@ func writeBroker(b *strings.Builder, br BrokerResult) {
 	}
 	fmt.Fprintf(b, "  give-up: %s after the first attempt starts (%s), into %s\n", br.GiveUp, budget, br.DeadLetter)
 	b.WriteString("  rules\n")
-	writeRules(b, br.Rules)
+	writeRules(b, "    ", br.Rules)
 	for _, n := range br.Notes {
 		fmt.Fprintf(b, "  note: %s\n", n)
 	}

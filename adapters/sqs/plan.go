@@ -71,7 +71,7 @@ func planConfig(cfg Config, cfgErr error, spec plan.Spec) plan.BrokerPlan {
 	}
 	bp.Rules = append(bp.Rules, redriveRule)
 
-	retention := plan.Setting{Name: attrRetention, Value: ">= " + seconds(need.Round(time.Second)+time.Second),
+	retention := plan.Setting{Name: attrRetention, Value: "default(>=" + seconds(need.Round(time.Second)+time.Second) + ")",
 		Why: "messages must not expire before their last attempt (SQS's default is 4 days)"}
 	if need > 4*24*time.Hour {
 		retention.Value = seconds(need.Round(time.Second) + time.Second)
@@ -87,6 +87,7 @@ func planConfig(cfg Config, cfgErr error, spec plan.Spec) plan.BrokerPlan {
 		}},
 	}
 
+	bp.DeadLetter = dlq
 	plan.MapSteps(bp.Steps, func(d time.Duration) time.Duration {
 		return time.Duration(visibilitySeconds(d, 0)) * time.Second
 	})
