@@ -74,37 +74,57 @@ var defaultMux Mux
 // DefaultMux is the Mux the adapter packages register with when they are imported.
 func DefaultMux() *Mux { return &defaultMux }
 
-// Register adds d for each of its schemes. It panics when a scheme is taken: two drivers for
-// one scheme is a programming error found at start-up, as with database/sql.
+// Register adds d for each of its schemes. It panics when d is nil, names no scheme, or a
+// scheme is taken (by a driver or a store opener): two drivers for one scheme is a programming
+// error found at start-up, as with database/sql. On a panic nothing is registered.
 func (m *Mux) Register(d Driver) {
+	if d == nil {
+		panic("brokerurl: Register of a nil Driver")
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	schemes := m.free(d.Schemes())
 	if m.drivers == nil {
 		m.drivers = map[string]Driver{}
 	}
-	for _, s := range d.Schemes() {
-		s = strings.ToLower(s)
-		if _, dup := m.drivers[s]; dup || m.stores[s] != nil {
-			panic("brokerurl: scheme " + s + " registered twice")
-		}
+	for _, s := range schemes {
 		m.drivers[s] = d
 	}
 }
 
-// RegisterStore adds o for each of its schemes. It panics when a scheme is taken.
+// RegisterStore adds o for each of its schemes. It panics as Register does.
 func (m *Mux) RegisterStore(o StoreOpener) {
+	if o == nil {
+		panic("brokerurl: RegisterStore of a nil StoreOpener")
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	schemes := m.free(o.Schemes())
 	if m.stores == nil {
 		m.stores = map[string]StoreOpener{}
 	}
-	for _, s := range o.Schemes() {
-		s = strings.ToLower(s)
-		if _, dup := m.stores[s]; dup || m.drivers[s] != nil {
-			panic("brokerurl: scheme " + s + " registered twice")
-		}
+	for _, s := range schemes {
 		m.stores[s] = o
 	}
+}
+
+// free returns schemes lower-cased, panicking when there are none or one is empty or taken.
+// m.mu is held.
+func (m *Mux) free(schemes []string) []string {
+	if len(schemes) == 0 {
+		panic("brokerurl: a driver or store opener with no scheme")
+	}
+	out := make([]string, 0, len(schemes))
+	for _, s := range schemes {
+		s = strings.ToLower(s)
+		_, drv := m.drivers[s]
+		_, sto := m.stores[s]
+		if s == "" || drv || sto || slices.Contains(out, s) {
+			panic(fmt.Sprintf("brokerurl: scheme %q registered twice (or empty)", s))
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // Schemes lists the broker schemes registered, sorted; with stores, the store schemes too.
@@ -136,14 +156,18 @@ func (m *Mux) SilenceClientLogs() {
 	}
 }
 
-// parse parses rawURL and checks it has a scheme.
+// parse parses rawURL and checks it has a scheme. Its errors never show the password.
 func parse(rawURL string) (*url.URL, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %q is not a URL", ErrInvalidURL, Redact(rawURL))
+		var ue *url.Error // its message holds the whole URL, password included
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidURL, Redact(rawURL), err)
 	}
 	if u.Scheme == "" {
-		return nil, fmt.Errorf("%w: %q has no scheme (such as kafka:// or redis://)", ErrInvalidURL, Redact(rawURL))
+		return nil, fmt.Errorf("%w: %s has no scheme (such as kafka:// or redis://)", ErrInvalidURL, Redact(rawURL))
 	}
 	return u, nil
 }
@@ -286,11 +310,25 @@ func OpenStore(ctx context.Context, rawURL string, opts StoreOptions) (deadlette
 	return defaultMux.OpenStore(ctx, rawURL, opts)
 }
 
-// Redact hides a URL's password, for messages and logs.
+// Redact hides a URL's password, for messages and logs, as url.URL.Redacted does; a URL that
+// does not parse has everything between "://" and the last "@" before the path replaced.
 func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
 	}
-	return u.Redacted()
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	auth, _, _ := strings.Cut(rest, "/")
+	at := strings.LastIndex(auth, "@")
+	if at < 0 {
+		return raw
+	}
+	start := len(raw) - len(rest)
+	user, _, hasPassword := strings.Cut(auth[:at], ":")
+	if !hasPassword {
+		return raw
+	}
+	return raw[:start] + user + ":xxxxx" + raw[start+at:]
 }

@@ -34,8 +34,16 @@ var (
 	_ brokerurl.ClientLogSilencer = urlDriver{}
 )
 
-// millraceParams are the query parameters millrace reads; every other one is go-redis's.
-var millraceParams = []string{"group", "consumer", "window", "processing_budget", "min_idle", "reclaim_interval", "max_len"}
+// goRedisParams are go-redis's own URL options (redis.ParseURL, v9.23), passed on to it; it
+// checks their values. TestURLGoRedisParams checks go-redis still takes each.
+var goRedisParams = []string{
+	"db", "protocol", "client_name", "max_retries", "min_retry_backoff", "max_retry_backoff",
+	"dial_timeout", "read_timeout", "write_timeout", "pool_fifo", "pool_size", "pool_timeout",
+	"min_idle_conns", "max_idle_conns", "max_active_conns", "max_concurrent_dials",
+	"pipeline_pool_size", "pipeline_read_buffer_size", "pipeline_write_buffer_size",
+	"conn_max_idle_time", "idle_timeout", "conn_max_lifetime", "max_conn_age",
+	"conn_max_lifetime_jitter", "skip_verify",
+}
 
 func (urlDriver) Schemes() []string { return []string{"redis", "rediss"} }
 
@@ -50,6 +58,7 @@ func (discardRedisLogger) Printf(context.Context, string, ...any) {}
 // configFromURL builds the adapter's Config from u without connecting. The Redis connection
 // settings stay in Config.URL, stripped of millrace's parameters; go-redis checks its own.
 func configFromURL(u *url.URL, opts brokerurl.Options) (Config, error) {
+	scheme := strings.ToLower(u.Scheme)
 	p := brokerurl.NewParams(u)
 	cfg := Config{
 		Group:            p.String("group", ""),
@@ -61,33 +70,23 @@ func configFromURL(u *url.URL, opts brokerurl.Options) (Config, error) {
 		MaxLen:           int64(p.Int("max_len", 0)),
 		Logger:           opts.LoggerOrDiscard(),
 	}
-	// go-redis's own options are go-redis's to check: mark them read here, then let ParseURL
-	// refuse the ones it does not know, under our error.
-	q := u.Query()
-	rest := url.Values{}
-	for k, v := range q {
-		if !slices.Contains(millraceParams, k) {
-			p.Has(k)
-			rest[k] = v
-		}
-	}
+	rest := p.Pass("go-redis", goRedisParams...)
 	if err := p.Done(); err != nil {
 		return Config{}, err
+	}
+	if rest.Has("skip_verify") && scheme != "rediss" {
+		return Config{}, &brokerurl.ParameterError{Scheme: scheme, Name: "skip_verify", Value: rest.Get("skip_verify"), Rule: "applies to rediss:// (TLS) only"}
 	}
 	clean := *u
 	clean.RawQuery = rest.Encode()
 	if _, err := redis.ParseURL(clean.String()); err != nil {
-		msg := strings.TrimPrefix(err.Error(), "redis: ")
-		if strings.HasPrefix(msg, "unexpected option") {
-			return Config{}, fmt.Errorf("%w: %s:// does not take %s (it takes %s and go-redis's own options, see redis.ParseURL)",
-				brokerurl.ErrUnknownParameter, u.Scheme, strings.TrimPrefix(strings.TrimPrefix(msg, "unexpected options: "), "unexpected option: "), strings.Join(millraceParams, ", "))
-		}
-		return Config{}, fmt.Errorf("%w: %s: %s", brokerurl.ErrInvalidURL, brokerurl.Redact(u.String()), msg)
+		// A bad value of one of go-redis's options, or a bad path: go-redis names it.
+		return Config{}, fmt.Errorf("%w: %s: %s", brokerurl.ErrInvalidURL, clean.Redacted(), strings.TrimPrefix(err.Error(), "redis: "))
 	}
 	cfg.URL = clean.String()
 	if cfg.Group == "" {
 		if !opts.NoConsume {
-			return Config{}, fmt.Errorf("%w: %s:// needs parameter group, the consumer group every subscription joins (e.g. ?group=billing)", brokerurl.ErrInvalidURL, u.Scheme)
+			return Config{}, fmt.Errorf("%w: %s:// needs parameter group, the consumer group every subscription joins (e.g. ?group=billing)", brokerurl.ErrInvalidURL, scheme)
 		}
 		// Never consumes: the adapter requires a group name but never uses it.
 		cfg.Group = "millrace-cli"
