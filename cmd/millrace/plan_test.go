@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/adapters/sqs"
+	"github.com/millrace/millrace/brokerurl"
+	"github.com/millrace/millrace/internal/testenv"
+	"github.com/millrace/millrace/plan"
+)
+
+const (
+	fieldReportSpec = "testdata/plan/fieldreport.spec"
+	planKafkaURL    = "kafka://127.0.0.1:19092?group=notification"
+	planSQSURL      = "sqs+http://127.0.0.1:19324?visibility=60s"
+)
+
+// planRun runs the plan command's core on o and returns its output and error.
+func planRun(t *testing.T, o planOptions) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	err := newApp().runPlan(context.Background(), o, strings.NewReader(""), &out)
+	return out.String(), err
+}
+
+// TestPlanFieldReport is issue 14's case: the field report's policy with its 104 s budget
+// names the conflict with SQS's 60 s visibility timeout; with 50 s, Kafka and SQS give up
+// within a second of each other.
+func TestPlanFieldReport(t *testing.T) {
+	out, err := planRun(t, planOptions{specFile: fieldReportSpec, urls: []string{planKafkaURL, planSQSURL}})
+	if !errors.Is(err, errPlanFailed) {
+		t.Fatalf("budget 104s: err %v, want the plan to fail\n%s", err, out)
+	}
+	for _, want := range []string{
+		"FAIL  visibility timeout whole seconds",
+		"sqs.Config.ProcessingBudget = 1m44s: must be at most sqs.Config.VisibilityTimeout (1m0s) minus 1s",
+		"result: FAIL (1 rule failed)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(err.Error(), "sqs+http://127.0.0.1:19324?visibility=60s: millrace: invalid configuration: sqs.Config.ProcessingBudget = 1m44s") ||
+		strings.Contains(err.Error(), "\n") {
+		t.Errorf("error is not one line naming the conflict: %q", err)
+	}
+
+	out, err = planRun(t, planOptions{specFile: fieldReportSpec, set: [][2]string{{"budget", "50s"}}, json: true,
+		urls: []string{planKafkaURL, planSQSURL}})
+	if err != nil {
+		t.Fatalf("budget 50s: %v\n%s", err, out)
+	}
+	var r plan.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	k, s := r.Brokers[0].GiveUp, r.Brokers[1].GiveUp
+	if r.Brokers[0].Broker != "kafka" || r.Brokers[1].Broker != "sqs" {
+		t.Fatalf("brokers %s, %s", r.Brokers[0].Broker, r.Brokers[1].Broker)
+	}
+	within := func(a, b plan.Duration) bool { d := time.Duration(a - b); return d <= time.Second && d >= -time.Second }
+	if !within(k.Min, s.Min) || !within(k.Max, s.Max) || time.Duration(k.Min) != 4*time.Minute || time.Duration(k.Max) != 8*time.Minute+10*time.Second {
+		t.Errorf("give-up kafka %s, sqs %s: want both 4m0s to 8m10s", k, s)
+	}
+	var diffs []string
+	for _, d := range r.Differences {
+		diffs = append(diffs, d.Trait)
+	}
+	for _, want := range []string{plan.TraitRetry, plan.TraitAttempts, plan.TraitLastError, plan.TraitPayload, plan.TraitUnacked, plan.TraitDelays} {
+		if !strings.Contains(strings.Join(diffs, "|"), want) {
+			t.Errorf("differences %q lack %q", diffs, want)
+		}
+	}
+}
+
+func TestPlanUsage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    planOptions
+		want string
+	}{
+		{"no URL", planOptions{specFile: fieldReportSpec}, "at least one broker URL"},
+		{"no topic", planOptions{set: [][2]string{{"attempts", "3"}}, urls: []string{planKafkaURL}}, "needs a topic"},
+		{"no attempts", planOptions{set: [][2]string{{"topic", "t"}}, urls: []string{planKafkaURL}}, "number of attempts"},
+		{"bad setting", planOptions{specFile: "testdata/plan/bad.spec", urls: []string{planKafkaURL}}, `line 2: unknown setting "colour"`},
+		{"missing file", planOptions{specFile: "testdata/plan/none.spec", urls: []string{planKafkaURL}}, "--spec: open testdata/plan/none.spec"},
+		{"bad backoff", planOptions{specFile: fieldReportSpec, set: [][2]string{{"backoff", "soon"}}, urls: []string{planKafkaURL}}, `backoff "soon"`},
+		{"bad policy", planOptions{specFile: fieldReportSpec, set: [][2]string{{"backoff", "exponential:initial=1m,max=1s"}}, urls: []string{planKafkaURL}},
+			"RetryPolicy.Backoff.Max"},
+		{"unknown scheme", planOptions{specFile: fieldReportSpec, urls: []string{"nats://127.0.0.1:4222"}}, `unknown URL scheme "nats"`},
+		{"unknown parameter", planOptions{specFile: fieldReportSpec, urls: []string{"kafka://127.0.0.1:19092?colour=red"}}, "does not take colour"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := planRun(t, tc.o)
+			if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err %v, want a usage error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestPlanCheckSQS is issue 14's check case on SQS: a provisioned queue passes plan --check;
+// its RedrivePolicy's maxReceiveCount edited by hand fails it, naming the setting.
+func TestPlanCheckSQS(t *testing.T) {
+	ep := os.Getenv(envSQSEndpoint)
+	if ep == "" {
+		testenv.Unreachable(t, "SQS", "(no endpoint)", envSQSEndpoint, errors.New(envSQSEndpoint+" is not set; `. .ci/services/sqs.sh` starts fauxqs and sets it"))
+	}
+	u, err := url.Parse(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := "sqs+http://" + u.Host + "?visibility=60s&give_up=redrive"
+	topic := fmt.Sprintf("millrace-test.plan.%08x", rand.Uint32())
+	ctx := context.Background()
+	ad, err := brokerurl.OpenAdapter(ctx, raw+"&processing_budget=50s", brokerurl.Options{})
+	if err != nil {
+		testenv.Unreachable(t, "SQS", ep, envSQSEndpoint, err)
+	}
+	a := ad.(*sqs.Adapter)
+	t.Cleanup(func() {
+		for _, q := range []string{a.QueueName(topic), a.QueueName(a.DeadLetterTopic(topic))} {
+			if url, ok, _ := sqs.QueueURL(ctx, a.Client(), q); ok {
+				_, _ = a.Client().DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: aws.String(url)})
+			}
+		}
+		_ = a.Close()
+	})
+	if err := a.Provision(ctx, topic, millrace.RetryPolicy{MaxAttempts: 5, Backoff: millrace.Fixed(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	o := planOptions{specFile: fieldReportSpec, set: [][2]string{{"topic", topic}, {"budget", "50s"}}, check: true, urls: []string{raw}}
+	if out, err := planRun(t, o); err != nil || !strings.Contains(out, "check: the live broker matches the plan") {
+		t.Fatalf("provisioned queue: %v\n%s", err, out)
+	}
+
+	qurl, _, err := sqs.QueueURL(ctx, a.Client(), a.QueueName(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlqURL, _, _ := sqs.QueueURL(ctx, a.Client(), a.QueueName(a.DeadLetterTopic(topic)))
+	attrs, err := a.Client().GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(dlqURL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := `{"deadLetterTargetArn":"` + attrs.Attributes["QueueArn"] + `","maxReceiveCount":3}`
+	if _, err := a.Client().SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: aws.String(qurl),
+		Attributes: map[string]string{"RedrivePolicy": edited}}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := planRun(t, o)
+	if !errors.Is(err, errPlanFailed) || !strings.Contains(out, "MISMATCH  queue "+a.QueueName(topic)+": RedrivePolicy is ") ||
+		!strings.Contains(out, `\"maxReceiveCount\":3`) || !strings.Contains(err.Error(), "RedrivePolicy") {
+		t.Fatalf("maxReceiveCount 3: err %v\n%s", err, out)
+	}
+}
