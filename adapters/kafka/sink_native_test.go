@@ -1,13 +1,11 @@
-package sink_test
+package kafka_test
 
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
-	"net"
+	"io"
+	"log/slog"
 	"reflect"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,44 +18,56 @@ import (
 	"github.com/millrace/millrace/deadletter"
 	"github.com/millrace/millrace/deadletter/pgstore/pgtest"
 	"github.com/millrace/millrace/deadletter/sink"
-	"github.com/millrace/millrace/internal/testenv"
+	"github.com/millrace/millrace/router"
 )
-
-func kafkaBrokers(t *testing.T) []string {
-	t.Helper()
-	raw := testenv.Getenv("MILLRACE_KAFKA_BROKERS", "127.0.0.1:19092")
-	list := strings.Split(raw, ",")
-	conn, err := net.DialTimeout("tcp", list[0], 2*time.Second)
-	if err != nil {
-		testenv.Unreachable(t, "Kafka", raw, "MILLRACE_KAFKA_BROKERS", err)
-	}
-	_ = conn.Close()
-	return list
-}
 
 // TestKafkaRepeatedHeadersKeptInTable: a foreign Kafka record whose headers repeat a name
 // (which Metadata, a map, cannot hold) is retried once and dead-lettered through a Sink into
 // the table; the row's Native holds every original header in order, Type kafka.NativeHeader,
-// as the Kafka adapter's DeadLetterStore would read them, and not millrace's retry state. On the old code the
-// row held only the metadata map: two of the three "trace" values were lost.
+// as the Kafka adapter's DeadLetterStore would read them, and not millrace's retry state. On
+// the old code the row held only the metadata map: two of the three "trace" values were lost.
+// (Moved from deadletter/sink, which imports no broker client.)
 func TestKafkaRepeatedHeadersKeptInTable(t *testing.T) {
-	brokers := kafkaBrokers(t)
-	topic := fmt.Sprintf("sink-native.%08x", rand.Uint32())
-	a, err := kafka.New(kafka.Config{Brokers: brokers, ConsumerGroup: topic + ".group", Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
+	list := brokers(t)
+	topic := uniqueName("sink-native")
+	backoff := 20 * time.Millisecond
+	a := newAdapter(t, topic+".group", func(c *kafka.Config) { c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil)) })
+	t.Cleanup(func() {
+		if admin, err := sarama.NewClusterAdmin(list, kafka.StoreSaramaConfig(nil)); err == nil {
+			dlq := a.DeadLetterTopic(topic)
+			for _, tp := range append(kafka.RetryTopics(topic, []time.Duration{backoff}), topic, dlq) {
+				_ = admin.DeleteTopic(tp)
+			}
+			_ = admin.Close()
+		}
+	})
 	store := pgtest.Store(t, pgtest.Pool(t))
 	s, err := sink.New(a, store, sink.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	r, err := router.New(router.Config{
+		Adapter: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), CloseTimeout: 5 * time.Second,
+		Policy: millrace.RetryPolicy{MaxAttempts: 2, Backoff: millrace.Fixed(backoff)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var calls atomic.Int32
-	runRouter(t, s, 2, topic, func(context.Context, *message.Message, millrace.Attempt) error {
+	r.Handle("sink-test-handler", topic, func(context.Context, *message.Message, millrace.Attempt) error {
 		calls.Add(1)
 		return errors.New("always failing")
 	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); _ = r.Close(); <-done })
+	select {
+	case <-r.Running():
+	case err := <-done:
+		t.Fatalf("router stopped: %v", err)
+	}
+
 	headers := []sarama.RecordHeader{
 		{Key: []byte("trace"), Value: []byte("a")},
 		{Key: []byte("bin"), Value: []byte{0x00, 0xff}},
@@ -69,7 +79,7 @@ func TestKafkaRepeatedHeadersKeptInTable(t *testing.T) {
 	sc.Producer.Return.Successes = true
 	sc.Producer.RequiredAcks = sarama.WaitForAll
 	sc.Version = sarama.V2_1_0_0
-	p, err := sarama.NewSyncProducer(brokers, sc)
+	p, err := sarama.NewSyncProducer(list, sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +88,20 @@ func TestKafkaRepeatedHeadersKeptInTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "one dead letter in the table", func() bool { return count(t, store, deadletter.Filter{}) >= 1 })
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		n, err := store.Count(context.Background(), deadletter.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for one dead letter in the table")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	entries, _, err := store.List(context.Background(), deadletter.Filter{}, deadletter.Page{})
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("List = %d entries, %v", len(entries), err)
