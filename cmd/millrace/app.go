@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/millrace/millrace/brokerurl"
@@ -24,7 +28,7 @@ type app struct {
 	getenv func(string) string
 	// isTerminal reports whether w is a terminal (progress bars are drawn only there).
 	isTerminal func(w io.Writer) bool
-	// now is the clock of relative --since/--until values.
+	// now is the clock of relative --since/--until values and of the progress bar's rate.
 	now func() time.Time
 }
 
@@ -41,56 +45,167 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-// io is one invocation's standard streams.
+// stdio is one invocation's standard streams.
 type stdio struct {
 	in       io.Reader
 	out, err io.Writer
 }
 
-const usage = `millrace: operate millrace dead letters
+// stdioOf returns the streams a command was given.
+func stdioOf(c *cobra.Command) stdio {
+	return stdio{in: c.InOrStdin(), out: c.OutOrStdout(), err: c.ErrOrStderr()}
+}
 
-Usage:
-  millrace dlq list    [source] [filter] [--json] [--limit N] [--after CURSOR]
-  millrace dlq show    [source] ID [--json]
-  millrace dlq replay  [source] (ID... | filter | --all) (--keep-history | --reset-history)
-                       [--broker URL] [--to-topic T] [--rate N] [--dry-run]
-  millrace dlq purge   [source] (ID... | filter) [--yes]
-  millrace dlq migrate --store postgres://...
+// version is the module version the binary was built from (`go install ...@v1.2.3`), or
+// "(devel)" for a build from a working tree.
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
 
-Source (where the dead letters are):
+const rootLong = `millrace operates millrace dead letters: it lists, shows, counts, replays and purges
+them in the PostgreSQL table store or in a broker's own dead-letter destination, and lists the
+dead-letter destinations a broker holds.
+
+Source (where the dead letters are), on every dlq command:
   --store URL      postgres://... for the table store, or a broker URL for that broker's
                    dead-letter destination of --topic (env MILLRACE_STORE)
   --table NAME     table store table (env MILLRACE_TABLE, default millrace_dead_letters)
   --schema NAME    table store schema (env MILLRACE_SCHEMA, default public)
   --dlq-topic T    a broker store's destination name, when it is not the adapter's default for --topic
 
-Filter:
-  --topic T  --reason discarded|exhausted|malformed
-  --since T  --until T   (RFC 3339, 2006-01-02, or a duration ago such as 90m or 24h)
+Broker URLs: redis://, rediss://, amqp://, amqps://, kafka://host:port, sqs+http://host:port,
+sqs+https://sqs.<region>.amazonaws.com. Unknown URL parameters are refused, by name.
 
-Replay target:
-  --broker URL     redis://, amqp://, kafka://host:port, sqs+http://host:port or
-                   sqs+https://sqs.<region>.amazonaws.com (env MILLRACE_BROKER)
+Filter (list, replay, purge, stats):
+  --topic T  --reason discarded|exhausted|malformed  --handler NAME  --error TEXT
+  --since T  --until T   (RFC 3339, 2006-01-02, or a duration ago: 90m, 24h, 2d, 1d12h)
 
 Exit status: 0 done, 1 failed (nothing changed unless the message says so), 2 bad usage.
-`
+With --json, an error is one JSON object on stderr: {"error": "...", "exit": N}.`
 
-// run executes one command line and returns the exit status. Errors are one line on stderr.
-func (a *app) run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	sio := stdio{in: stdin, out: stdout, err: stderr}
-	err := a.dispatch(ctx, args, sio)
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		fmt.Fprintln(stderr, "millrace: "+oneLine(err))
-		return 2
-	default:
-		fmt.Fprintln(stderr, "millrace: "+oneLine(err))
-		return 1
+// newRoot builds the command tree. It is built anew for each run, so that flag values and
+// environment defaults never leak from one invocation into the next.
+func (a *app) newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "millrace",
+		Short:         "Operate millrace dead letters",
+		Long:          rootLong,
+		Version:       version(),
+		SilenceErrors: true, // run prints the one-line error itself
+		SilenceUsage:  true, // an error is one line, not the whole usage
+		Args:          groupArgs,
+		RunE:          usageOnStderr,
 	}
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%v (see %s --help): %w", err, c.CommandPath(), errUsage)
+	})
+	root.AddGroup(&cobra.Group{ID: "ops", Title: "Commands:"})
+	dlq := &cobra.Command{
+		Use:     "dlq",
+		Short:   "List, show, count, replay and purge dead letters",
+		Long:    "dlq commands read and change the dead letters of one source: the table store or a\nbroker's dead-letter destination (see millrace --help for --store and the filters).",
+		GroupID: "ops",
+		Args:    groupArgs,
+		RunE:    usageOnStderr,
+	}
+	dlq.AddCommand(a.newListCommand(), a.newShowCommand(), a.newReplayCommand(), a.newPurgeCommand(),
+		a.newStatsCommand(), a.newTopicsCommand(), a.newMigrateCommand())
+	root.AddCommand(dlq)
+	// `millrace plan` (plan.go) is added here: root.AddCommand(newPlanCommand(a)).
+	root.SetHelpCommandGroupID("ops")
+	root.SetCompletionCommandGroupID("ops")
+	return root
+}
+
+// groupArgs refuses an argument to a command that only groups others: it names no command.
+func groupArgs(c *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	var names []string
+	for _, sub := range c.Commands() {
+		if sub.IsAvailableCommand() {
+			names = append(names, sub.Name())
+		}
+	}
+	hint := ""
+	if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+		hint = ", did you mean " + strconv.Quote(s[0]) + "?"
+	}
+	return fmt.Errorf("unknown command %q for %q%s (commands: %s): %w", args[0], c.CommandPath(), hint, strings.Join(names, ", "), errUsage)
+}
+
+// usageOnStderr is the run of a command that only groups others, called without one: its usage
+// on stderr and exit status 2, as for any bad usage.
+func usageOnStderr(c *cobra.Command, _ []string) error {
+	fmt.Fprint(c.ErrOrStderr(), c.UsageString())
+	return fmt.Errorf("%s needs a command (see %s --help): %w", c.CommandPath(), c.CommandPath(), errUsage)
+}
+
+// run executes one command line and returns the exit status. An error is one line on stderr,
+// or with --json one JSON object.
+func (a *app) run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := a.newRoot()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return 0
+	}
+	code := 1
+	if errors.Is(err, errUsage) || isCobraUsage(err) {
+		code = 2
+	}
+	msg := oneLine(err)
+	if cmd != nil && wantsJSON(cmd, args) {
+		b, _ := json.Marshal(struct {
+			Error string `json:"error"`
+			Exit  int    `json:"exit"`
+		}{msg, code})
+		fmt.Fprintf(stderr, "%s\n", b)
+		return code
+	}
+	fmt.Fprintln(stderr, "millrace: "+msg)
+	return code
+}
+
+// isCobraUsage reports an error cobra returns itself for bad usage (an argument or flag rule
+// of its own), which carries no errUsage.
+func isCobraUsage(err error) bool {
+	s := err.Error()
+	return strings.HasPrefix(s, "unknown command ") || strings.HasPrefix(s, "unknown flag") ||
+		strings.HasPrefix(s, "unknown shorthand flag") || strings.Contains(s, "flag needs an argument") ||
+		strings.HasPrefix(s, "if any flags in the group") || strings.HasPrefix(s, "required flag")
+}
+
+// wantsJSON reports whether the command has a --json flag and the command line set it. When
+// flag parsing stopped at an error the flag may not have been reached: the arguments decide.
+func wantsJSON(cmd *cobra.Command, args []string) bool {
+	f := cmd.Flags().Lookup("json")
+	if f == nil {
+		return false
+	}
+	if f.Changed {
+		return f.Value.String() == "true"
+	}
+	for _, arg := range args {
+		if arg == "--" {
+			break
+		}
+		if v, ok := strings.CutPrefix(arg, "--json="); ok {
+			b, err := strconv.ParseBool(v)
+			return err == nil && b
+		}
+		if arg == "--json" {
+			return true
+		}
+	}
+	return false
 }
 
 // oneLine keeps an error message on one line, whatever a driver put in it.
@@ -99,32 +214,15 @@ func oneLine(err error) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
 }
 
-func (a *app) dispatch(ctx context.Context, args []string, sio stdio) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprint(sio.out, usage)
-		if len(args) == 0 {
-			return fmt.Errorf("no command: %w", errUsage)
-		}
-		return nil
+// noArgs refuses positional arguments, naming the command.
+func noArgs(c *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("%s takes no arguments, got %q: %w", c.Name(), args, errUsage)
 	}
-	if args[0] != "dlq" {
-		return fmt.Errorf("unknown command %q (try: millrace dlq list): %w", args[0], errUsage)
-	}
-	if len(args) < 2 {
-		return fmt.Errorf("dlq needs a subcommand: list, show, replay, purge or migrate: %w", errUsage)
-	}
-	cmd, rest := args[1], args[2:]
-	switch cmd {
-	case "list":
-		return a.list(ctx, rest, sio)
-	case "show":
-		return a.show(ctx, rest, sio)
-	case "replay":
-		return a.replay(ctx, rest, sio)
-	case "purge":
-		return a.purge(ctx, rest, sio)
-	case "migrate":
-		return a.migrate(ctx, rest, sio)
-	}
-	return fmt.Errorf("unknown dlq subcommand %q (list, show, replay, purge, migrate): %w", cmd, errUsage)
+	return nil
+}
+
+// completeReasons completes --reason.
+func completeReasons(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	return slices.Clone([]cobra.Completion{"discarded", "exhausted", "malformed"}), cobra.ShellCompDirectiveNoFileComp
 }

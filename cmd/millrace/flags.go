@@ -1,11 +1,13 @@
 package main
 
 import (
-	"flag"
 	"fmt"
-	"io"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/millrace/millrace/deadletter"
 )
@@ -17,26 +19,48 @@ type sourceFlags struct {
 
 // filterFlags select dead letters.
 type filterFlags struct {
-	topic, reason, since, until string
+	topic, reason, since, until, handler, errorText string
 }
 
-func (a *app) addSource(fs *cmdFlags, s *sourceFlags) {
-	fs.StringVar(&s.store, "store", a.getenv("MILLRACE_STORE"), "dead-letter source URL: postgres://... or a broker URL (env MILLRACE_STORE)")
-	fs.StringVar(&s.table, "table", a.getenv("MILLRACE_TABLE"), "table store table (env MILLRACE_TABLE; default millrace_dead_letters)")
-	fs.StringVar(&s.schema, "schema", a.getenv("MILLRACE_SCHEMA"), "table store schema (env MILLRACE_SCHEMA; default public)")
-	fs.StringVar(&s.dlqTopic, "dlq-topic", "", "broker store: dead-letter destination name, when not the adapter's default for --topic")
+// addSource adds the source flags. Their environment defaults are read when the command runs
+// (fromEnv), not shown as flag defaults: help must not print a URL's password.
+func (a *app) addSource(c *cobra.Command, s *sourceFlags) {
+	fs := c.Flags()
+	fs.StringVar(&s.store, "store", "", "dead-letter source `URL`: postgres://... or a broker URL (env MILLRACE_STORE)")
+	fs.StringVar(&s.table, "table", "", "table store `table` (env MILLRACE_TABLE; default millrace_dead_letters)")
+	fs.StringVar(&s.schema, "schema", "", "table store `schema` (env MILLRACE_SCHEMA; default public)")
+	fs.StringVar(&s.dlqTopic, "dlq-topic", "", "broker store: dead-letter destination `name`, when not the adapter's default for --topic")
 }
 
-func addFilter(fs *cmdFlags, f *filterFlags) {
-	fs.StringVar(&f.topic, "topic", "", "only dead letters of this original topic")
-	fs.StringVar(&f.reason, "reason", "", "only this reason: discarded, exhausted or malformed")
-	fs.StringVar(&f.since, "since", "", "only dead letters whose last failure is at or after: RFC 3339, YYYY-MM-DD, or a duration ago (90m)")
-	fs.StringVar(&f.until, "until", "", "only dead letters whose last failure is before: RFC 3339, YYYY-MM-DD, or a duration ago")
+// fromEnv sets *dst from the environment variable env when the command line did not set the
+// flag name (an explicit --store "" stays empty).
+func (a *app) fromEnv(c *cobra.Command, name, env string, dst *string) {
+	if !c.Flags().Changed(name) {
+		*dst = a.getenv(env)
+	}
+}
+
+// sourceFromEnv fills the source flags not set on the command line from the environment.
+func (a *app) sourceFromEnv(c *cobra.Command, s *sourceFlags) {
+	a.fromEnv(c, "store", "MILLRACE_STORE", &s.store)
+	a.fromEnv(c, "table", "MILLRACE_TABLE", &s.table)
+	a.fromEnv(c, "schema", "MILLRACE_SCHEMA", &s.schema)
+}
+
+func addFilter(c *cobra.Command, f *filterFlags) {
+	fs := c.Flags()
+	fs.StringVar(&f.topic, "topic", "", "only dead letters of this original `topic`")
+	fs.StringVar(&f.reason, "reason", "", "only this `reason`: discarded, exhausted or malformed")
+	fs.StringVar(&f.handler, "handler", "", "only dead letters of this `handler` (exact name)")
+	fs.StringVar(&f.errorText, "error", "", "only dead letters whose last error contains this `text` (case-sensitive)")
+	fs.StringVar(&f.since, "since", "", "only dead letters whose last failure is at or after `T`: RFC 3339, YYYY-MM-DD, or a duration ago (90m, 2d, 1d12h)")
+	fs.StringVar(&f.until, "until", "", "only dead letters whose last failure is before `T`: RFC 3339, YYYY-MM-DD, or a duration ago (7d)")
+	_ = c.RegisterFlagCompletionFunc("reason", completeReasons)
 }
 
 // filter turns the flags into a validated deadletter.Filter.
 func (a *app) filter(f filterFlags) (deadletter.Filter, error) {
-	out := deadletter.Filter{Topic: f.topic, Reason: deadletter.Reason(f.reason)}
+	out := deadletter.Filter{Topic: f.topic, Reason: deadletter.Reason(f.reason), Handler: f.handler, ErrorContains: f.errorText}
 	var err error
 	if out.Since, err = a.parseTime("--since", f.since); err != nil {
 		return out, err
@@ -61,54 +85,38 @@ func (a *app) parseTime(name, v string) (time.Time, error) {
 	if t, err := time.Parse(time.DateOnly, v); err == nil {
 		return t, nil
 	}
-	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+	if d, err := parseDuration(v); err == nil && d >= 0 {
 		return a.now().Add(-d), nil
 	}
-	return time.Time{}, fmt.Errorf("%s %q: want RFC 3339 (2026-03-14T09:00:00Z), a date (2026-03-14) or a duration ago (90m): %w", name, v, errUsage)
+	return time.Time{}, fmt.Errorf("%s %q: want RFC 3339 (2026-03-14T09:00:00Z), a date (2026-03-14) or a duration ago (90m, 24h, 2d, 1d12h): %w", name, v, errUsage)
 }
 
-// newFlagSet returns a flag set that prints nothing itself (the flag package would print the
-// whole usage on any bad flag): run prints the one-line error, parse prints help on -h.
-func newFlagSet(name string, help io.Writer) *cmdFlags {
-	fs := flag.NewFlagSet("millrace dlq "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	return &cmdFlags{FlagSet: fs, help: help}
-}
+// leadingDays is a day count at the start of a duration: "2d", "1.5d", "1d12h".
+var leadingDays = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)d`)
 
-// cmdFlags is a subcommand's flag set and where its -h help goes.
-type cmdFlags struct {
-	*flag.FlagSet
-	help io.Writer
-}
-
-// parse parses flags placed anywhere among the positional arguments (`show 42 --json` as well
-// as `show --json 42`) and returns the positional ones.
-func (fs *cmdFlags) parse(args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if err == flag.ErrHelp {
-				fs.SetOutput(fs.help)
-				fmt.Fprintf(fs.help, "Usage of %s:\n", fs.Name())
-				fs.PrintDefaults()
-				return nil, err
-			}
-			return nil, fmt.Errorf("%s: %w: %w", fs.Name(), err, errUsage)
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if rest[0] == "--" {
-			return append(pos, rest[1:]...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
+// parseDuration is time.ParseDuration with days (24 h, as an operator means "2d ago") in front:
+// "2d", "1d12h", "1.5d"; a duration without days is Go's ("90m", "36h").
+func parseDuration(s string) (time.Duration, error) {
+	m := leadingDays.FindStringSubmatch(s)
+	if m == nil {
+		return time.ParseDuration(s)
 	}
+	days, err := strconv.ParseFloat(m[1], 64)
+	if err != nil || days > 100*365 {
+		return 0, fmt.Errorf("duration %q: days out of range", s)
+	}
+	d := time.Duration(days * float64(24*time.Hour))
+	if rest := s[len(m[0]):]; rest != "" {
+		r, err := time.ParseDuration(rest)
+		if err != nil || strings.HasPrefix(rest, "-") || strings.HasPrefix(rest, "+") {
+			return 0, fmt.Errorf("duration %q: after the days, want a duration such as 12h", s)
+		}
+		d += r
+	}
+	return d, nil
 }
 
-// describe renders a filter for messages: "topic=orders reason=exhausted".
+// describe renders a filter for messages: `topic=orders reason=exhausted error~"503"`.
 func describe(f deadletter.Filter) string {
 	var parts []string
 	if f.Topic != "" {
@@ -116,6 +124,12 @@ func describe(f deadletter.Filter) string {
 	}
 	if f.Reason != "" {
 		parts = append(parts, "reason="+string(f.Reason))
+	}
+	if f.Handler != "" {
+		parts = append(parts, "handler="+f.Handler)
+	}
+	if f.ErrorContains != "" {
+		parts = append(parts, "error~"+strconv.Quote(f.ErrorContains))
 	}
 	if !f.Since.IsZero() {
 		parts = append(parts, "since="+f.Since.UTC().Format(time.RFC3339))

@@ -1,40 +1,44 @@
 package main
 
 import (
-	"context"
 	"fmt"
+
+	"github.com/spf13/cobra"
 
 	"github.com/millrace/millrace/deadletter/pgstore"
 )
 
-// migrate creates or upgrades the table store's table.
-func (a *app) migrate(ctx context.Context, args []string, sio stdio) error {
-	fs := newFlagSet("migrate", sio.err)
+func (a *app) newMigrateCommand() *cobra.Command {
 	var src sourceFlags
-	a.addSource(fs, &src)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
+	c := &cobra.Command{
+		Use:     "migrate --store postgres://...",
+		Short:   "Create or upgrade the table store's table",
+		Long:    "migrate creates or upgrades the table store's table (idempotent, safe from many processes at once).",
+		Example: "  millrace dlq migrate --store 'postgres://app@db:5432/app?sslmode=disable' --table dead_letters",
+		Args:    noArgs,
 	}
-	if len(pos) > 0 {
-		return fmt.Errorf("migrate takes no arguments: %w", errUsage)
+	a.addSource(c, &src)
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		a.sourceFromEnv(c, &src)
+		ctx := c.Context()
+		store, closeStore, err := a.openStore(ctx, src, "")
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		pg, ok := store.(*pgstore.Store)
+		if !ok {
+			return fmt.Errorf("migrate applies to the table store (--store postgres://...) only: %w", errUsage)
+		}
+		if err := pg.Migrate(ctx); err != nil {
+			return err
+		}
+		v, err := pg.SchemaVersion(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.OutOrStdout(), "%s is at schema version %d\n", pg.Table(), v)
+		return nil
 	}
-	store, closeStore, err := a.openStore(ctx, src, "")
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	pg, ok := store.(*pgstore.Store)
-	if !ok {
-		return fmt.Errorf("migrate applies to the table store (--store postgres://...) only: %w", errUsage)
-	}
-	if err := pg.Migrate(ctx); err != nil {
-		return err
-	}
-	v, err := pg.SchemaVersion(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(sio.out, "%s is at schema version %d\n", pg.Table(), v)
-	return nil
+	return c
 }

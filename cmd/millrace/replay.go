@@ -8,8 +8,10 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	"golang.org/x/time/rate"
 
 	"github.com/millrace/millrace/brokerurl"
@@ -20,6 +22,46 @@ import (
 type replayItem struct {
 	id, target string
 	native     bool // the record has Native content: only a deadletter.NativePublisher replays it
+}
+
+func (a *app) newReplayCommand() *cobra.Command {
+	var o replayOptions
+	c := &cobra.Command{
+		Use:   "replay (ID... | filter | --all) (--keep-history | --reset-history) [flags]",
+		Short: "Re-publish dead letters to their original topic",
+		Long: "replay re-publishes each dead letter, same UUID and payload bytes, to its original topic (or\n" +
+			"--to-topic) through the broker's millrace adapter, at most --rate per second, then deletes it:\n" +
+			"publish first, delete after, so a replay stopped half-way loses nothing. Every ID and every\n" +
+			"target topic is checked before anything is published. --dry-run prints the IDs it would replay.",
+		Example: "  millrace dlq replay --reason exhausted --since 2d --reset-history --broker redis://127.0.0.1:6379/0 --rate 50\n" +
+			"  millrace dlq replay --store kafka://127.0.0.1:9092 --topic orders --handler billing --keep-history --dry-run",
+	}
+	a.addSource(c, &o.src)
+	addFilter(c, &o.ff)
+	fs := c.Flags()
+	fs.BoolVar(&o.all, "all", false, "replay every dead letter of the source")
+	fs.BoolVar(&o.keep, "keep-history", false, "keep the millrace-* attempt headers and dead-letter keys: attempts go on counting")
+	fs.BoolVar(&o.reset, "reset-history", false, "remove every millrace-* key: the message starts again at attempt 1")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "print the IDs that would be replayed and where; publish and delete nothing")
+	fs.StringVar(&o.brokerURL, "broker", "", "broker `URL` to publish to (env MILLRACE_BROKER; default: the --store broker)")
+	fs.StringVar(&o.toTopic, "to-topic", "", "publish every dead letter to this `topic` instead of its original topic")
+	fs.Float64Var(&o.perSecond, "rate", 0, "most dead letters re-published per second (0 = no limit)")
+	c.RunE = func(c *cobra.Command, ids []string) error {
+		a.sourceFromEnv(c, &o.src)
+		a.fromEnv(c, "broker", "MILLRACE_BROKER", &o.brokerURL)
+		return a.replay(c.Context(), stdioOf(c), o, ids)
+	}
+	return c
+}
+
+// replayOptions are replay's flags.
+type replayOptions struct {
+	src                sourceFlags
+	ff                 filterFlags
+	all, keep, reset   bool
+	dryRun             bool
+	brokerURL, toTopic string
+	perSecond          float64
 }
 
 // replay re-publishes dead letters to their original topic (or --to-topic) through a broker's
@@ -33,29 +75,9 @@ type replayItem struct {
 // deadletter.NativePublisher, whatever the history flag says (the content is the producer's,
 // not millrace's). A broker that cannot do so refuses it: the dead letter stays in the store,
 // the others are replayed, and the command exits non-zero naming the refused ones.
-func (a *app) replay(ctx context.Context, args []string, sio stdio) error {
-	fs := newFlagSet("replay", sio.err)
-	var (
-		src                sourceFlags
-		ff                 filterFlags
-		all, keep, reset   bool
-		dryRun             bool
-		brokerURL, toTopic string
-		perSecond          float64
-	)
-	a.addSource(fs, &src)
-	addFilter(fs, &ff)
-	fs.BoolVar(&all, "all", false, "replay every dead letter of the source")
-	fs.BoolVar(&keep, "keep-history", false, "keep the millrace-* attempt headers and dead-letter keys: attempts go on counting")
-	fs.BoolVar(&reset, "reset-history", false, "remove every millrace-* key: the message starts again at attempt 1")
-	fs.BoolVar(&dryRun, "dry-run", false, "print what would be replayed; publish and delete nothing")
-	fs.StringVar(&brokerURL, "broker", a.getenv("MILLRACE_BROKER"), "broker to publish to (env MILLRACE_BROKER; default: the --store broker)")
-	fs.StringVar(&toTopic, "to-topic", "", "publish every dead letter to this topic instead of its original topic")
-	fs.Float64Var(&perSecond, "rate", 0, "most dead letters re-published per second (0 = no limit)")
-	ids, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
+func (a *app) replay(ctx context.Context, sio stdio, o replayOptions, ids []string) error {
+	src, ff, all, keep, reset, dryRun := o.src, o.ff, o.all, o.keep, o.reset, o.dryRun
+	brokerURL, toTopic, perSecond := o.brokerURL, o.toTopic, o.perSecond
 	f, err := a.filter(ff)
 	if err != nil {
 		return err
@@ -66,7 +88,7 @@ func (a *app) replay(ctx context.Context, args []string, sio stdio) error {
 	case len(ids) > 0 && (!f.IsZero() || all):
 		return fmt.Errorf("replay takes IDs or a filter (or --all), not both: %w", errUsage)
 	case len(ids) == 0 && f.IsZero() && !all:
-		return fmt.Errorf("replay needs IDs, a filter (--topic, --reason, --since, --until) or --all: %w", errUsage)
+		return fmt.Errorf("replay needs IDs, a filter (--topic, --reason, --handler, --error, --since, --until) or --all: %w", errUsage)
 	case perSecond < 0:
 		return fmt.Errorf("--rate %v: must not be negative: %w", perSecond, errUsage)
 	}
@@ -117,12 +139,18 @@ func (a *app) replay(ctx context.Context, args []string, sio stdio) error {
 		for _, t := range slices.Sorted(maps.Keys(targets)) {
 			fmt.Fprintf(sio.out, "  %d -> %s\n", targets[t], t)
 		}
-		if _, ok := broker.(deadletter.NativePublisher); !ok && broker != nil {
-			for _, it := range items {
-				if it.native {
-					fmt.Fprintf(sio.out, "  would refuse %s: %s\n", it.id, errNoNativeReplay)
-				}
+		_, canNative := broker.(deadletter.NativePublisher)
+		tw := tabwriter.NewWriter(sio.out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tTARGET\t")
+		for _, it := range items {
+			note := ""
+			if it.native && broker != nil && !canNative {
+				note = "would refuse: " + errNoNativeReplay.Error()
 			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", it.id, it.target, note)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
 		}
 		fmt.Fprintln(sio.out, "nothing was published or deleted")
 		return nil

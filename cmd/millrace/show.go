@@ -1,44 +1,49 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
+
+	"github.com/spf13/cobra"
 )
 
-// show prints one dead letter in full, its payload as text when it is UTF-8 and as a hex dump
-// otherwise.
-func (a *app) show(ctx context.Context, args []string, sio stdio) error {
-	fs := newFlagSet("show", sio.err)
+func (a *app) newShowCommand() *cobra.Command {
 	var (
 		src    sourceFlags
 		topic  string
 		asJSON bool
 	)
-	a.addSource(fs, &src)
-	fs.StringVar(&topic, "topic", "", "broker store: the topic whose dead-letter destination holds ID")
-	fs.BoolVar(&asJSON, "json", false, "print JSON (payload base64, and payload_text when UTF-8)")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
+	c := &cobra.Command{
+		Use:   "show ID [flags]",
+		Short: "Print one dead letter in full",
+		Long: "show prints one dead letter in full: every field and the metadata, the payload as text when\n" +
+			"it is valid UTF-8 and as a hex dump otherwise. --json adds payload (base64) and payload_text.",
+		Example: "  millrace dlq show 42\n  millrace dlq show 1710408477000-0 --store redis://127.0.0.1:6379/0 --topic orders --json",
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return fmt.Errorf("show takes exactly one ID, got %d: %w", len(args), errUsage)
+			}
+			return nil
+		},
 	}
-	if len(pos) != 1 {
-		return fmt.Errorf("show takes exactly one ID, got %d: %w", len(pos), errUsage)
+	a.addSource(c, &src)
+	c.Flags().StringVar(&topic, "topic", "", "broker store: the `topic` whose dead-letter destination holds ID")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON (payload base64, and payload_text when UTF-8; errors too)")
+	c.RunE = func(c *cobra.Command, args []string) error {
+		a.sourceFromEnv(c, &src)
+		store, closeStore, err := a.openStore(c.Context(), src, topic)
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		e, err := store.Get(c.Context(), args[0])
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return writeJSON(c.OutOrStdout(), toJSON(e, true))
+		}
+		writeDetail(c.OutOrStdout(), e)
+		return nil
 	}
-	store, closeStore, err := a.openStore(ctx, src, topic)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	e, err := store.Get(ctx, pos[0])
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		enc := json.NewEncoder(sio.out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(toJSON(e, true))
-	}
-	writeDetail(sio.out, e)
-	return nil
+	return c
 }
