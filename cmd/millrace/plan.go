@@ -8,39 +8,64 @@ import (
 	"os"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/millrace/millrace/brokerurl"
 	"github.com/millrace/millrace/plan"
 )
 
-// planUsage is the plan command's help text.
-const planUsage = `millrace plan: what millrace will do with a retry policy on each broker, checked before it ships
+// planLong is the plan command's help text.
+const planLong = `plan says what millrace will do with a retry policy on each broker, before it ships: for
+each broker URL the topology Provision declares (retry tiers, queues or topics, TTLs, the
+dead-letter destination), the give-up time (from the first attempt to the dead letter, at the
+shortest and the longest: jitter, the budget of each attempt, the broker's delay rounding), and
+every rule the adapters enforce at start-up, as their own Validate methods answer it; then a
+table of where the brokers differ.
 
-Usage:
-  millrace plan [--spec FILE] [--topic T --attempts N --backoff B --budget D --lease D] URL...
-  millrace plan --check URL...   (also read each live broker's settings; exit 1 on any mismatch)
+With --check it also reads each live broker's settings (SQS queue attributes and RedrivePolicy,
+RabbitMQ queue arguments, Kafka topic configs, Redis maxmemory-policy) and names every one that
+differs from the plan. It changes nothing.
 
-For each broker URL it prints the topology Provision declares (retry tiers, queues or topics,
-TTLs, dead-letter destination), the give-up time (first attempt to dead letter, shortest and
-longest), and every rule the adapters enforce at start-up, as their own Validate methods answer;
-then a table of where the brokers differ.
+The spec comes from --spec (key = value lines with the flags' names; # starts a comment) and the
+flags, which override the file. Durations: 90s, 2m, 1h30m or 7d. Backoffs:
+  fixed:60s | delays:1s,10s,1m | exponential:initial=1s,max=5m[,multiplier=2][,jitter=0.2] | none
 
-Spec (flags override the file):
-  --spec FILE      key = value lines with the flags' names (topic, attempts, backoff, budget, lease)
-  --topic T        the work topic (required)
-  --attempts N     attempts in all, the first included (required)
-  --backoff B      fixed:60s | delays:1s,10s,1m | exponential:initial=1s,max=5m[,multiplier=2][,jitter=0.2] | none
-  --budget D       the router's processing budget (router.Config.Budget); default: each adapter's
-  --lease D        the idempotency lease (idempotency.Config.LeaseTTL); default: no idempotency
-Durations: 90s, 2m, 1h30m or 7d.
+Exit status: 0 every rule passed (and with --check every broker matches), 1 a rule failed, a
+live setting differs or a broker could not be read, 2 bad usage.`
 
-Output:
-  --check          compare each live broker with its plan (SQS queue attributes and RedrivePolicy,
-                   RabbitMQ queue arguments, Kafka topic configs, Redis maxmemory-policy)
-  --json           the report as JSON
-
-Exit status: 0 every rule passed (and, with --check, every broker matches), 1 a rule failed or a
-live setting differs (or a broker could not be read), 2 bad usage.
-`
+// newPlanCommand is ` + "`millrace plan`" + `.
+func newPlanCommand(a *app) *cobra.Command {
+	var o planOptions
+	c := &cobra.Command{
+		Use:   "plan [flags] URL...",
+		Short: "Check a retry policy against every broker before it ships",
+		Long:  planLong,
+		Example: "  millrace plan --spec push.spec kafka://127.0.0.1:19092 'sqs+http://127.0.0.1:19324?visibility=60s'\n" +
+			"  millrace plan --topic push.requested --attempts 5 --backoff fixed:60s --budget 50s --lease 2m kafka://127.0.0.1:19092\n" +
+			"  millrace plan --spec push.spec --check --json 'redis://127.0.0.1:6379/0?group=notification'",
+		Args: cobra.ArbitraryArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			o.urls = args
+			o.set = nil
+			for _, k := range plan.Keys {
+				if f := c.Flags().Lookup(k); f != nil && f.Changed {
+					o.set = append(o.set, [2]string{k, f.Value.String()})
+				}
+			}
+			return a.runPlan(c.Context(), o, c.InOrStdin(), c.OutOrStdout())
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.specFile, "spec", "", "spec file of key = value lines (topic, attempts, backoff, budget, lease); - reads stdin")
+	f.String("topic", "", "the work topic (required, here or in --spec)")
+	f.String("attempts", "", "attempts in all, the first included (required, here or in --spec)")
+	f.String("backoff", "", "fixed:60s, delays:1s,10s,1m, exponential:initial=1s,max=5m[,multiplier=2][,jitter=0.2] or none")
+	f.String("budget", "", "the router's processing budget (router.Config.Budget); default: each adapter's")
+	f.String("lease", "", "the idempotency lease (idempotency.Config.LeaseTTL); default: no idempotency middleware")
+	f.BoolVar(&o.check, "check", false, "also compare each live broker's settings with its plan")
+	f.BoolVar(&o.json, "json", false, "print the report as JSON")
+	return c
+}
 
 // planOptions are the plan command's settings, as the command line gives them.
 type planOptions struct {

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/spf13/cobra"
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/sqs"
@@ -167,5 +168,75 @@ func TestPlanCheckSQS(t *testing.T) {
 	if !errors.Is(err, errPlanFailed) || !strings.Contains(out, "MISMATCH  queue "+a.QueueName(topic)+": RedrivePolicy is ") ||
 		!strings.Contains(out, `\"maxReceiveCount\":3`) || !strings.Contains(err.Error(), "RedrivePolicy") {
 		t.Fatalf("maxReceiveCount 3: err %v\n%s", err, out)
+	}
+}
+
+// planRoot is the command tree with the plan command, added here until app.go adds it.
+func planRoot(a *app) (*cobra.Command, bool) {
+	root := a.newRoot()
+	for _, c := range root.Commands() {
+		if c.Name() == "plan" {
+			return root, true
+		}
+	}
+	root.AddCommand(newPlanCommand(a))
+	return root, false
+}
+
+// planCommand runs `millrace plan args...` on the command tree and returns stdout and the error.
+func planCommand(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root, _ := planRoot(newApp())
+	var out, errOut bytes.Buffer
+	root.SetArgs(append([]string{"plan"}, args...))
+	root.SetIn(strings.NewReader(""))
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	_, err := root.ExecuteContextC(context.Background())
+	return out.String(), err
+}
+
+// TestPlanCommandFlags: flags override the spec file, and the command line reaches runPlan.
+func TestPlanCommandFlags(t *testing.T) {
+	out, err := planCommand(t, "--spec", fieldReportSpec, "--budget", "50s", planKafkaURL, planSQSURL)
+	if err != nil || !strings.Contains(out, "plan for push.requested: 5 attempts, fixed 1m0s, budget 50s, lease 2m0s") ||
+		strings.Count(out, "give-up: 4m0s to 8m10s") != 2 || !strings.Contains(out, "result: ok") {
+		t.Fatalf("err %v\n%s", err, out)
+	}
+	out, err = planCommand(t, "--topic", "orders", "--attempts", "3", "--backoff", "delays:10s,1m", "--json", planKafkaURL)
+	var r plan.Report
+	if err != nil || json.Unmarshal([]byte(out), &r) != nil || r.Spec.Topic != "orders" || len(r.Brokers[0].Steps) != 2 {
+		t.Fatalf("flags only: err %v\n%s", err, out)
+	}
+	if _, err := planCommand(t, "--spec", fieldReportSpec, planKafkaURL, planSQSURL); !errors.Is(err, errPlanFailed) {
+		t.Errorf("budget 104s: %v, want the plan to fail", err)
+	}
+	if _, err := planCommand(t, "--attempts", "many", "--topic", "t", planKafkaURL); !errors.Is(err, errUsage) || !strings.Contains(err.Error(), `attempts "many"`) {
+		t.Errorf("--attempts many: %v", err)
+	}
+}
+
+// TestPlanExitStatus runs the whole command line: exit status, stdout and one line on stderr.
+func TestPlanExitStatus(t *testing.T) {
+	if _, wired := planRoot(newApp()); !wired {
+		t.Skip("app.go does not add newPlanCommand to the command tree yet")
+	}
+	run := func(args ...string) (string, string, int) {
+		var out, errOut bytes.Buffer
+		code := newApp().run(context.Background(), append([]string{"plan"}, args...), strings.NewReader(""), &out, &errOut)
+		return out.String(), errOut.String(), code
+	}
+	if out, errOut, code := run("--spec", fieldReportSpec, "--budget", "50s", planKafkaURL, planSQSURL); code != 0 || errOut != "" || !strings.Contains(out, "result: ok") {
+		t.Errorf("budget 50s: exit %d, stderr %q\n%s", code, errOut, out)
+	}
+	out, errOut, code := run("--spec", fieldReportSpec, planKafkaURL, planSQSURL)
+	if code != 1 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "sqs.Config.ProcessingBudget = 1m44s") || !strings.Contains(out, "result: FAIL") {
+		t.Errorf("budget 104s: exit %d, stderr %q\n%s", code, errOut, out)
+	}
+	if _, errOut, code := run("--spec", fieldReportSpec); code != 2 || !strings.Contains(errOut, "at least one broker URL") {
+		t.Errorf("no URL: exit %d, stderr %q", code, errOut)
+	}
+	if _, errOut, code := run("--spec", fieldReportSpec, "--json", "nats://h"); code != 2 || !strings.HasPrefix(errOut, `{"error":`) {
+		t.Errorf("--json, unknown scheme: exit %d, stderr %q", code, errOut)
 	}
 }
