@@ -1,0 +1,203 @@
+package sqs_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/adapters/sqs"
+	"github.com/millrace/millrace/internal/clitest"
+)
+
+// The CLI tests of this file run the millrace command, built once for this test process.
+func TestMain(m *testing.M) { os.Exit(clitest.Main(m)) }
+
+// cliPolicy and cliBudget are the router settings of the CLI tests but the native one.
+var (
+	cliPolicy = millrace.RetryPolicy{MaxAttempts: 2, Backoff: millrace.Fixed(time.Second)}
+	cliBudget = 2 * time.Second
+)
+
+// cliAdapter returns an adapter with the integration tests' timeouts and no logs; the queues
+// of topics (and their dead-letter queues) are deleted at cleanup.
+func cliAdapter(t *testing.T, topics ...string) *sqs.Adapter {
+	t.Helper()
+	cfg := testConfig(t)
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	a, err := sqs.New(cfg)
+	if err != nil {
+		t.Fatalf("sqs.New: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = a.Close()
+		for _, tp := range topics {
+			for _, q := range []string{a.QueueName(tp), a.QueueName(a.DeadLetterTopic(tp))} {
+				if url, ok, _ := sqs.QueueURL(context.Background(), a.Client(), q); ok {
+					_, _ = a.Client().DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: aws.String(url)})
+				}
+			}
+		}
+	})
+	return a
+}
+
+// cliStoreURL is the sqs+http:// URL of the test endpoint (the URL form of
+// examples/kafka-to-sqs).
+func cliStoreURL(t *testing.T) string { return "sqs+" + endpoint(t) }
+
+// cliTopic returns a topic name no other test run uses.
+func cliTopic(prefix string) string {
+	return fmt.Sprintf("millrace-test.%s.%08x", prefix, rand.Uint32())
+}
+
+// TestCLIEndToEndSQSDeadLetterQueue: the message exhausts its receives into the dead-letter
+// queue; the CLI lists and shows it there, refuses a missing target, replays it to its queue,
+// and the dead-letter queue is empty.
+func TestCLIEndToEndSQSDeadLetterQueue(t *testing.T) {
+	topic := cliTopic("cli")
+	a := cliAdapter(t, topic)
+	h := clitest.FailingRouter(t, a, topic, cliPolicy, cliBudget)
+	payload := `{"order":42,"text":"naïve ✓"}`
+	if err := a.Publisher().Publish(topic, message.NewMessage("uuid-sqs-e2e", []byte(payload))); err != nil {
+		t.Fatal(err)
+	}
+	clitest.BrokerDLQRoundTrip(t, h, cliStoreURL(t),
+		clitest.DeadLetter{Topic: topic, UUID: "uuid-sqs-e2e", Payload: []byte(payload), Broker: sqs.BrokerName, Attempts: 2},
+		func() int { return cliDepth(t, a, a.QueueName(a.DeadLetterTopic(topic))) })
+}
+
+// TestCLIEndToEndTableStoreOverSQS: the table store with SQS: the sink writes the dead letter
+// to PostgreSQL, `dlq replay --broker sqs+http://` puts it back on its queue.
+func TestCLIEndToEndTableStoreOverSQS(t *testing.T) {
+	topic := cliTopic("cli-table")
+	a := cliAdapter(t, topic)
+	clitest.TableRoundTrip(t, a, cliStoreURL(t), cliPolicy, cliBudget,
+		clitest.DeadLetter{Topic: topic, UUID: "uuid-table-sqs", Payload: []byte(`{"n":1}`), Broker: sqs.BrokerName, Attempts: 2})
+}
+
+// cliDepth returns the messages of queue, visible or in flight.
+func cliDepth(t *testing.T, a *sqs.Adapter, queue string) int {
+	t.Helper()
+	url, ok, err := sqs.QueueURL(context.Background(), a.Client(), queue)
+	if err != nil || !ok {
+		t.Fatalf("queue %s: %v (exists %v)", queue, err, ok)
+	}
+	names := []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages,
+		types.QueueAttributeNameApproximateNumberOfMessagesNotVisible}
+	out, err := a.Client().GetQueueAttributes(context.Background(), &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(url), AttributeNames: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, k := range names {
+		var v int
+		_, _ = fmt.Sscan(out.Attributes[string(k)], &v)
+		n += v
+	}
+	return n
+}
+
+// TestCLISQSNativeReplay: a message from a producer that is not millrace, with typed
+// attributes (Number, Binary, String.json, a forged millrace-dlq-* name), is dead-lettered;
+// the store shows them as Native content, and `dlq replay --to-topic` re-publishes it exactly:
+// the replayed message received raw has the original body and exactly the original
+// attributes, each with its data type and value, nothing added.
+func TestCLISQSNativeReplay(t *testing.T) {
+	topic := cliTopic("cli-native")
+	target := topic + "-replayed"
+	a := cliAdapter(t, topic, target)
+	ctx := context.Background()
+	targetURL, err := a.Client().CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(a.QueueName(target))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clitest.FailingRouter(t, a, topic, millrace.RetryPolicy{MaxAttempts: 1, Backoff: millrace.Fixed(time.Second)}, cliBudget)
+	attrs := map[string]types.MessageAttributeValue{
+		"n":                   {DataType: aws.String("Number"), StringValue: aws.String("42.50")},
+		"b":                   {DataType: aws.String("Binary"), BinaryValue: []byte{0x00, 0xff, 0xfe}},
+		"j":                   {DataType: aws.String("String.json"), StringValue: aws.String(`{"a":1}`)},
+		"s":                   {DataType: aws.String("String"), StringValue: aws.String("plain")},
+		"millrace-dlq-reason": {DataType: aws.String("String"), StringValue: aws.String("forged")},
+	}
+	body := "foreign body ✓"
+	srcURL, ok, err := sqs.QueueURL(ctx, a.Client(), a.QueueName(topic))
+	if err != nil || !ok {
+		t.Fatalf("source queue: %v %v", ok, err)
+	}
+	if _, err := a.Client().SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: aws.String(srcURL), MessageBody: aws.String(body), MessageAttributes: attrs}); err != nil {
+		t.Fatal(err)
+	}
+
+	storeURL := cliStoreURL(t)
+	c := clitest.New(t)
+	clitest.WaitUntil(t, "the dead letter listed", func() bool { return c.Listed("--store", storeURL, "--topic", topic) == 1 })
+	if got := c.OK("dlq", "replay", "--store", storeURL, "--topic", topic, "--reset-history", "--to-topic", target); !strings.Contains(got, "replayed 1 of 1") {
+		t.Fatalf("replay: %q", got)
+	}
+	out, err := a.Client().ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
+		QueueUrl: targetURL.QueueUrl, MessageAttributeNames: []string{"All"}, MaxNumberOfMessages: 10, WaitTimeSeconds: 5,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Messages) != 1 {
+		t.Fatalf("%d messages in %s, want the replay", len(out.Messages), target)
+	}
+	m := out.Messages[0]
+	if aws.ToString(m.Body) != body {
+		t.Fatalf("replay body %q, want %q", aws.ToString(m.Body), body)
+	}
+	if len(m.MessageAttributes) != len(attrs) {
+		t.Fatalf("replay has %d attributes, want exactly the original's %d: %v", len(m.MessageAttributes), len(attrs), m.MessageAttributes)
+	}
+	for k, want := range attrs {
+		got, ok := m.MessageAttributes[k]
+		if !ok || aws.ToString(got.DataType) != aws.ToString(want.DataType) || aws.ToString(got.StringValue) != aws.ToString(want.StringValue) ||
+			!bytes.Equal(got.BinaryValue, want.BinaryValue) {
+			t.Fatalf("replay attribute %s = %s %q %x, want %s %q %x", k, aws.ToString(got.DataType), aws.ToString(got.StringValue), got.BinaryValue,
+				aws.ToString(want.DataType), aws.ToString(want.StringValue), want.BinaryValue)
+		}
+	}
+	if out := c.ListJSON("--store", storeURL, "--topic", topic); out.Total != 0 {
+		t.Fatalf("list after replay: %+v", out)
+	}
+}
+
+// TestCLIBadInputSQS: an unreachable SQS replay target, and an SQS dead-letter queue that does
+// not exist, are each one line on stderr and exit 1, with no change to the table.
+func TestCLIBadInputSQS(t *testing.T) {
+	store, c := clitest.NewTable(t)
+	id := clitest.Put(t, store, clitest.Sample(1, "orders"))
+	missing := cliTopic("cli.missing")
+	cases := []struct {
+		name, want string
+		args       []string
+	}{
+		{"unreachable sqs", "broker sqs+http://127.0.0.1:1", []string{"dlq", "replay", id, "--reset-history", "--broker", "sqs+http://127.0.0.1:1"}},
+		{"missing sqs dlq", `dead-letter queue "` + strings.ReplaceAll(missing, ".", "-") + `-dlq" does not exist`, []string{"dlq", "list", "--store", cliStoreURL(t), "--topic", missing}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := c.Run("", tc.args...)
+			if r.Code != 1 || !strings.Contains(r.Stderr, tc.want) || !clitest.OneLine(r.Stderr) || r.Stdout != "" {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 and one line containing %q", r.Code, r.Stdout, r.Stderr, tc.want)
+			}
+		})
+	}
+	if n := clitest.Count(t, store); n != 1 {
+		t.Fatalf("%d dead letters in the table, want the 1 untouched", n)
+	}
+}
