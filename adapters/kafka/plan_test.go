@@ -84,7 +84,12 @@ func TestPlanCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
+	t.Cleanup(func() {
+		for _, n := range []string{topic, topic + kafka.RetrySuffix, topic + kafka.DeadLetterSuffix} {
+			_ = admin.DeleteTopic(n)
+		}
+		_ = admin.Close()
+	})
 	alter := func(name, value string) {
 		t.Helper()
 		if err := admin.AlterConfig(sarama.TopicResource, name, map[string]*string{"retention.ms": &value}, false); err != nil {

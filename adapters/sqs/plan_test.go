@@ -98,8 +98,15 @@ func TestPlanCheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _ = ad.Close() })
 			a := ad.(*sqs.Adapter)
+			t.Cleanup(func() {
+				for _, q := range []string{a.QueueName(topic), a.QueueName(a.DeadLetterTopic(topic))} {
+					if qurl, ok, _ := sqs.QueueURL(ctx, a.Client(), q); ok {
+						_, _ = a.Client().DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: aws.String(qurl)})
+					}
+				}
+				_ = a.Close()
+			})
 			if err := a.Provision(ctx, topic, spec.Policy); err != nil {
 				t.Fatal(err)
 			}
