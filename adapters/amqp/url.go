@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
-	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,11 +24,14 @@ func init() { brokerurl.Register(urlDriver{}) }
 // urlDriver opens amqp:// and amqps:// URLs:
 //
 //	amqp://user:password@host:port/vhost[?queue_type=quorum&delivery_limit=20&prefetch=10
-//	       &dlq_suffix=.dlq][&amqp091 options: heartbeat, connection_timeout, channel_max,
-//	       certfile, keyfile, cacertfile, server_name_indication, auth_mechanism]
+//	       &dlq_suffix=.dlq&management=http://host:15672][&amqp091's options: heartbeat,
+//	       connection_timeout, channel_max, certfile, keyfile, cacertfile,
+//	       server_name_indication, auth_mechanism]
 //
 // Every topic gets the default topology (an exchange named like the topic, bound with "#" to a
-// work queue of the same name); programs with other topologies build a Config.
+// work queue of the same name); programs with other topologies build a Config. management is
+// the RabbitMQ management API, which lists the dead-letter queues (AMQP 0-9-1 cannot); default
+// http://<host>:15672 (https://<host>:15671 for amqps://), with the AMQP URL's credentials.
 type urlDriver struct{}
 
 var (
@@ -47,30 +51,115 @@ type discardAMQPLogger struct{}
 
 func (discardAMQPLogger) Printf(string, ...any) {}
 
+// urlSettings is what an amqp:// URL says: the adapter's Config and what the broker's
+// operations need besides.
+type urlSettings struct {
+	cfg Config
+	// management is the management API's base URL, with the credentials to use.
+	management *url.URL
+	// dialTimeout bounds the operations connection's dial (connection_timeout, else 10 s).
+	dialTimeout time.Duration
+}
+
 // configFromURL builds the adapter's Config from u without connecting.
 func configFromURL(u *url.URL, opts brokerurl.Options) (Config, error) {
-	p := brokerurl.NewParams(u)
-	cfg := Config{
-		QueueType:        QueueType(p.OneOf("queue_type", "", string(Classic), string(Quorum))),
-		DeliveryLimit:    p.Int("delivery_limit", 0),
-		Prefetch:         p.Int("prefetch", 0),
-		DeadLetterSuffix: p.String("dlq_suffix", ""),
-		Logger:           opts.LoggerOrDiscard(),
+	s, err := settingsFromURL(u, opts)
+	return s.cfg, err
+}
+
+// settingsFromURL reads u strictly: millrace's parameters, the management API, and amqp091's
+// own parameters, whose values it checks since amqp091's messages name the wrong one.
+func settingsFromURL(u *url.URL, opts brokerurl.Options) (urlSettings, error) {
+	scheme := strings.ToLower(u.Scheme)
+	// auth_mechanism may be given more than once (amqp091 tries each): Params would refuse
+	// the repeat, so it is read here and handed on whole.
+	mechs := u.Query()["auth_mechanism"]
+	stripped := *u
+	q := u.Query()
+	q.Del("auth_mechanism")
+	stripped.RawQuery = q.Encode()
+	p := brokerurl.NewParams(&stripped)
+	s := urlSettings{
+		cfg: Config{
+			QueueType:        QueueType(p.OneOf("queue_type", "", string(Classic), string(Quorum))),
+			DeliveryLimit:    p.Int("delivery_limit", 0),
+			Prefetch:         p.Int("prefetch", 0),
+			DeadLetterSuffix: p.String("dlq_suffix", ""),
+			Logger:           opts.LoggerOrDiscard(),
+		},
+		dialTimeout: 10 * time.Second,
 	}
-	rest := url.Values{}
-	for k, v := range u.Query() {
-		if slices.Contains(clientParams, k) {
-			p.Has(k)
-			rest[k] = v
+	mgmt := p.String("management", "")
+	rest := p.Pass("amqp091", clientParams...)
+	if err := p.Done(); err != nil {
+		return urlSettings{}, err
+	}
+	bad := func(name, rule string) error {
+		return &brokerurl.ParameterError{Scheme: scheme, Name: name, Value: rest.Get(name), Rule: rule}
+	}
+	for _, name := range []string{"heartbeat", "connection_timeout"} {
+		if v := rest.Get(name); rest.Has(name) {
+			if n, err := strconv.Atoi(v); err != nil || n < 0 {
+				return urlSettings{}, bad(name, "must be a non-negative integer (heartbeat in seconds, connection_timeout in milliseconds)")
+			} else if name == "connection_timeout" && n > 0 {
+				s.dialTimeout = time.Duration(n) * time.Millisecond
+			}
 		}
 	}
-	if err := p.Done(); err != nil {
-		return Config{}, fmt.Errorf("%w (and amqp091's %s)", err, strings.Join(clientParams, ", "))
+	if rest.Has("channel_max") {
+		if _, err := strconv.ParseUint(rest.Get("channel_max"), 10, 16); err != nil {
+			return urlSettings{}, bad("channel_max", "must be an integer from 0 to 65535")
+		}
+	}
+	for _, m := range mechs {
+		switch strings.ToLower(m) {
+		case "plain", "amqplain", "external":
+		default:
+			return urlSettings{}, &brokerurl.ParameterError{Scheme: scheme, Name: "auth_mechanism", Value: m, Rule: "must be plain, amqplain or external"}
+		}
+	}
+	if len(mechs) > 0 {
+		rest["auth_mechanism"] = mechs
 	}
 	clean := *u
 	clean.RawQuery = rest.Encode()
-	cfg.URL = clean.String()
-	return cfg, cfg.Validate()
+	s.cfg.URL = clean.String()
+	if err := s.cfg.Validate(); err != nil {
+		return urlSettings{}, err
+	}
+	m, err := managementURL(&clean, mgmt)
+	if err != nil {
+		return urlSettings{}, err
+	}
+	s.management = m
+	return s, nil
+}
+
+// managementURL returns the management API's base URL: raw, or derived from the AMQP URL's
+// host; with raw's credentials, else the AMQP URL's (amqp091's defaults: guest, guest).
+func managementURL(amqpURL *url.URL, raw string) (*url.URL, error) {
+	uri, err := amqp091.ParseURI(amqpURL.String())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", brokerurl.ErrInvalidURL, amqpURL.Redacted(), err)
+	}
+	var m *url.URL
+	if raw == "" {
+		m = &url.URL{Scheme: "http", Host: net.JoinHostPort(uri.Host, "15672")}
+		if uri.Scheme == "amqps" {
+			m = &url.URL{Scheme: "https", Host: net.JoinHostPort(uri.Host, "15671")}
+		}
+	} else {
+		m, err = url.Parse(raw)
+		if err != nil || (m.Scheme != "http" && m.Scheme != "https") || m.Host == "" || m.RawQuery != "" {
+			return nil, &brokerurl.ParameterError{Scheme: amqpURL.Scheme, Name: "management", Value: brokerurl.Redact(raw),
+				Rule: "must be the management API's http:// or https:// URL, such as http://127.0.0.1:15672"}
+		}
+		m.Path = strings.TrimSuffix(m.Path, "/")
+	}
+	if m.User == nil {
+		m.User = url.UserPassword(uri.Username, uri.Password)
+	}
+	return m, nil
 }
 
 func (urlDriver) OpenAdapter(ctx context.Context, u *url.URL, opts brokerurl.Options) (millrace.Adapter, error) {
@@ -82,28 +171,43 @@ func (urlDriver) OpenAdapter(ctx context.Context, u *url.URL, opts brokerurl.Opt
 }
 
 func (urlDriver) Open(ctx context.Context, u *url.URL, opts brokerurl.Options) (brokerurl.Broker, error) {
-	cfg, err := configFromURL(u, opts)
+	s, err := settingsFromURL(u, opts)
 	if err != nil {
 		return nil, err
 	}
-	a, err := New(ctx, cfg)
+	a, err := New(ctx, s.cfg)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := amqp091.DialConfig(cfg.URL, amqp091.Config{Dial: amqp091.DefaultDial(10 * time.Second)})
+	timeout := s.dialTimeout
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
+		timeout = time.Until(dl)
+	}
+	conn, err := amqp091.DialConfig(s.cfg.URL, amqp091.Config{Dial: amqp091.DefaultDial(timeout), Properties: amqp091.Table{"connection_name": "millrace-operations"}})
 	if err != nil {
 		_ = a.Close()
 		return nil, fmt.Errorf("connect to %s: %w", brokerurl.Redact(u.String()), err)
 	}
-	return &urlBroker{a: a, conn: conn}, nil
+	return &urlBroker{a: a, conn: conn, management: s.management, vhost: vhostOf(s.cfg.URL)}, nil
+}
+
+// vhostOf returns the virtual host of an AMQP URL that parses (amqp091's default "/").
+func vhostOf(raw string) string {
+	uri, err := amqp091.ParseURI(raw)
+	if err != nil {
+		return "/"
+	}
+	return uri.Vhost
 }
 
 // urlBroker is RabbitMQ opened by URL, with the default topology: a topic's exchange and work
 // queue are both named like the topic. Replays are confirmed publishes to that exchange with the
 // dead letter's original routing key.
 type urlBroker struct {
-	a    *Adapter
-	conn *amqp091.Connection // for passive queue checks, which close their channel on a miss
+	a          *Adapter
+	conn       *amqp091.Connection // for passive queue checks, which close their channel on a miss
+	management *url.URL            // the management API, which lists queues
+	vhost      string
 }
 
 var _ brokerurl.Broker = (*urlBroker)(nil)
@@ -139,13 +243,6 @@ func (b *urlBroker) TopicExists(_ context.Context, topic string) (bool, error) {
 // unacknowledged, acks what it deletes and requeues the rest when it ends.
 func (b *urlBroker) DeadLetters(_ context.Context, dlq string) (deadletter.Store, error) {
 	return NewDeadLetterStore(b.conn, dlq, StoreConfig{Marshaler: b.a.Marshaler()})
-}
-
-// DeadLetterDestinations lists the queues whose names end with the dead-letter suffix, with
-// their depths. RabbitMQ's AMQP protocol cannot list queues, so the list comes from the
-// management API when it is enabled; see listQueues.
-func (b *urlBroker) DeadLetterDestinations(ctx context.Context) ([]brokerurl.Destination, error) {
-	return nil, errors.New("amqp: listing dead-letter queues is not implemented yet")
 }
 
 // PrepareReplay restores the original routing key: the dead letter may have come back through

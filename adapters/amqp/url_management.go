@@ -1,0 +1,96 @@
+package amqp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/millrace/millrace/brokerurl"
+)
+
+// managementTimeout bounds one management API request when ctx has no earlier deadline.
+const managementTimeout = 10 * time.Second
+
+// DeadLetterDestinations lists the queues of the URL's virtual host whose names end with the
+// dead-letter suffix (Config.DeadLetterSuffix, the URL's dlq_suffix), sorted, with their depths.
+// AMQP 0-9-1 cannot list queues, so the names come from RabbitMQ's management API (the
+// rabbitmq_management plugin; the URL parameter management says where it is); a depth is the
+// count of ready messages a passive declare returns, which is current, where the API's counts
+// lag by up to its statistics interval (5 s by default). A queue deleted between the two is left
+// out.
+func (b *urlBroker) DeadLetterDestinations(ctx context.Context) ([]brokerurl.Destination, error) {
+	names, err := b.listQueues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	suffix := b.a.cfg.DeadLetterSuffix
+	slices.Sort(names)
+	out := []brokerurl.Destination{}
+	for _, n := range names {
+		if !strings.HasSuffix(n, suffix) || n == suffix {
+			continue
+		}
+		depth, ok, err := b.queueDepth(n)
+		if err != nil {
+			return nil, fmt.Errorf("dead-letter queue %q: %w", n, err)
+		}
+		if ok {
+			out = append(out, brokerurl.Destination{Name: n, Topic: strings.TrimSuffix(n, suffix), Depth: int64(depth)})
+		}
+	}
+	return out, nil
+}
+
+// listQueues returns the names of the queues of b.vhost, from the management API.
+func (b *urlBroker) listQueues(ctx context.Context) ([]string, error) {
+	base := *b.management
+	base.User = nil // the credentials go in the Authorization header, never in a message
+	shown := base.String()
+	endpoint := shown + "/api/queues/" + url.PathEscape(b.vhost) + "?columns=name"
+	ctx, cancel := context.WithTimeout(ctx, managementTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
+	if err != nil {
+		return nil, fmt.Errorf("list dead-letter queues: management API URL %s: %w", shown, err)
+	}
+	user := b.management.User.Username()
+	password, _ := b.management.User.Password()
+	req.SetBasicAuth(user, password)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		var ue *url.Error // its message repeats the request's URL
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("list dead-letter queues: RabbitMQ's management API at %s does not answer (%v): listing needs the rabbitmq_management plugin (rabbitmq-plugins enable rabbitmq_management), or the URL parameter management=<its URL>", shown, err)
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusUnauthorized:
+		return nil, fmt.Errorf("list dead-letter queues: RabbitMQ's management API at %s refused user %q (401): it needs the management, monitoring or administrator tag", shown, user)
+	case http.StatusNotFound:
+		return nil, fmt.Errorf("list dead-letter queues: RabbitMQ's management API at %s has no virtual host %q (404)", shown, b.vhost)
+	default:
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+		return nil, fmt.Errorf("list dead-letter queues: RabbitMQ's management API at %s answered %s: %s", shown, resp.Status, strings.Join(strings.Fields(string(body)), " "))
+	}
+	var queues []struct {
+		Name string `json:"name"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&queues); err != nil {
+		return nil, fmt.Errorf("list dead-letter queues: RabbitMQ's management API at %s: reading the queue list: %w", shown, err)
+	}
+	names := make([]string, len(queues))
+	for i, q := range queues {
+		names[i] = q.Name
+	}
+	return names, nil
+}
