@@ -29,6 +29,8 @@ const (
 	fieldReportSpec = "testdata/plan/fieldreport.spec"
 	planKafkaURL    = "kafka://127.0.0.1:19092?group=notification"
 	planSQSURL      = "sqs+http://127.0.0.1:19324?visibility=60s"
+	// planSQSEnv names the SQS endpoint of the check test, as .ci/services/sqs.sh exports it.
+	planSQSEnv = "MILLRACE_SQS_ENDPOINT"
 )
 
 // planRun runs the plan command's core on o and returns its output and error.
@@ -118,9 +120,9 @@ func TestPlanUsage(t *testing.T) {
 // TestPlanCheckSQS is issue 14's check case on SQS: a provisioned queue passes plan --check;
 // its RedrivePolicy's maxReceiveCount edited by hand fails it, naming the setting.
 func TestPlanCheckSQS(t *testing.T) {
-	ep := os.Getenv(envSQSEndpoint)
+	ep := os.Getenv(planSQSEnv)
 	if ep == "" {
-		testenv.Unreachable(t, "SQS", "(no endpoint)", envSQSEndpoint, errors.New(envSQSEndpoint+" is not set; `. .ci/services/sqs.sh` starts fauxqs and sets it"))
+		testenv.Unreachable(t, "SQS", "(no endpoint)", planSQSEnv, errors.New(planSQSEnv+" is not set; `. .ci/services/sqs.sh` starts fauxqs and sets it"))
 	}
 	u, err := url.Parse(ep)
 	if err != nil {
@@ -131,7 +133,7 @@ func TestPlanCheckSQS(t *testing.T) {
 	ctx := context.Background()
 	ad, err := brokerurl.OpenAdapter(ctx, raw+"&processing_budget=50s", brokerurl.Options{})
 	if err != nil {
-		testenv.Unreachable(t, "SQS", ep, envSQSEndpoint, err)
+		testenv.Unreachable(t, "SQS", ep, planSQSEnv, err)
 	}
 	a := ad.(*sqs.Adapter)
 	t.Cleanup(func() {
