@@ -98,25 +98,29 @@ func (a *app) newRoot() *cobra.Command {
 		SilenceUsage:  true, // an error is one line, not the whole usage
 		Args:          groupArgs,
 		RunE:          usageOnStderr,
+
+		SuggestionsMinimumDistance: 2,
 	}
+	// A command that groups others runs only to refuse a missing command: its usage shows the
+	// "[command]" line, not a "[flags]" line of its own.
+	root.SetUsageTemplate(strings.Replace(root.UsageTemplate(), "{{if .Runnable}}\n  {{.UseLine}}{{end}}",
+		"{{if and .Runnable (not .HasAvailableSubCommands)}}\n  {{.UseLine}}{{end}}", 1))
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%v (see %s --help): %w", err, c.CommandPath(), errUsage)
 	})
-	root.AddGroup(&cobra.Group{ID: "ops", Title: "Commands:"})
 	dlq := &cobra.Command{
-		Use:     "dlq",
-		Short:   "List, show, count, replay and purge dead letters",
-		Long:    "dlq commands read and change the dead letters of one source: the table store or a\nbroker's dead-letter destination (see millrace --help for --store and the filters).",
-		GroupID: "ops",
-		Args:    groupArgs,
-		RunE:    usageOnStderr,
+		Use:   "dlq",
+		Short: "List, show, count, replay and purge dead letters",
+		Long:  "dlq commands read and change the dead letters of one source: the table store or a\nbroker's dead-letter destination (see millrace --help for --store and the filters).",
+		Args:  groupArgs,
+		RunE:  usageOnStderr,
+
+		SuggestionsMinimumDistance: 2,
 	}
 	dlq.AddCommand(a.newListCommand(), a.newShowCommand(), a.newReplayCommand(), a.newPurgeCommand(),
 		a.newStatsCommand(), a.newTopicsCommand(), a.newMigrateCommand())
 	root.AddCommand(dlq)
 	// `millrace plan` (plan.go) is added here: root.AddCommand(newPlanCommand(a)).
-	root.SetHelpCommandGroupID("ops")
-	root.SetCompletionCommandGroupID("ops")
 	return root
 }
 
@@ -127,7 +131,7 @@ func groupArgs(c *cobra.Command, args []string) error {
 	}
 	var names []string
 	for _, sub := range c.Commands() {
-		if sub.IsAvailableCommand() {
+		if sub.IsAvailableCommand() || sub.Name() == "help" {
 			names = append(names, sub.Name())
 		}
 	}
@@ -142,7 +146,11 @@ func groupArgs(c *cobra.Command, args []string) error {
 // on stderr and exit status 2, as for any bad usage.
 func usageOnStderr(c *cobra.Command, _ []string) error {
 	fmt.Fprint(c.ErrOrStderr(), c.UsageString())
-	return fmt.Errorf("%s needs a command (see %s --help): %w", c.CommandPath(), c.CommandPath(), errUsage)
+	where := ""
+	if c.HasParent() {
+		where = c.Name() + ": "
+	}
+	return fmt.Errorf("%sno command given (see %s --help): %w", where, c.CommandPath(), errUsage)
 }
 
 // run executes one command line and returns the exit status. An error is one line on stderr,

@@ -37,6 +37,9 @@ type memBroker struct {
 	// onPublish, when set, is called after each successful publish with the running count.
 	onPublish func(n int64)
 	published atomic.Int64
+	// destinations and destErr are what DeadLetterDestinations returns.
+	destinations []brokerurl.Destination
+	destErr      error
 }
 
 // memAdapter is the memory adapter with memBroker's publisher.
@@ -50,7 +53,7 @@ func (m memAdapter) Publisher() message.Publisher { return m.b }
 func (b *memBroker) Adapter() millrace.Adapter                         { return memAdapter{Adapter: b.a, b: b} }
 func (b *memBroker) PrepareReplay(deadletter.Record, *message.Message) {}
 func (b *memBroker) DeadLetterDestinations(context.Context) ([]brokerurl.Destination, error) {
-	return nil, nil
+	return b.destinations, b.destErr
 }
 func (b *memBroker) Publish(topic string, msgs ...*message.Message) error {
 	if b.failAfter > 0 && b.published.Load() >= b.failAfter {

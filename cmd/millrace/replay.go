@@ -141,13 +141,13 @@ func (a *app) replay(ctx context.Context, sio stdio, o replayOptions, ids []stri
 		}
 		_, canNative := broker.(deadletter.NativePublisher)
 		tw := tabwriter.NewWriter(sio.out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tTARGET\t")
+		fmt.Fprintln(tw, "ID\tTARGET")
 		for _, it := range items {
-			note := ""
 			if it.native && broker != nil && !canNative {
-				note = "would refuse: " + errNoNativeReplay.Error()
+				fmt.Fprintf(tw, "%s\t%s\twould refuse: %s\n", it.id, it.target, errNoNativeReplay)
+				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", it.id, it.target, note)
+			fmt.Fprintf(tw, "%s\t%s\n", it.id, it.target)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
