@@ -106,7 +106,7 @@ func (a *app) newRoot() *cobra.Command {
 	root.SetUsageTemplate(strings.Replace(root.UsageTemplate(), "{{if .Runnable}}\n  {{.UseLine}}{{end}}",
 		"{{if and .Runnable (not .HasAvailableSubCommands)}}\n  {{.UseLine}}{{end}}", 1))
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return fmt.Errorf("%v (see %s --help): %w", err, c.CommandPath(), errUsage)
+		return fmt.Errorf("%v%s (see %s --help): %w", err, singleDashHint(c, err), c.CommandPath(), errUsage)
 	})
 	dlq := &cobra.Command{
 		Use:   "dlq",
@@ -122,6 +122,21 @@ func (a *app) newRoot() *cobra.Command {
 	root.AddCommand(dlq)
 	// `millrace plan` (plan.go) is added here: root.AddCommand(newPlanCommand(a)).
 	return root
+}
+
+// singleDashHint points out a long flag given with one dash (`-json`, which Go's flag package
+// took before the CLI moved to cobra): pflag reads it as the shorthands -j -s -o -n.
+func singleDashHint(c *cobra.Command, err error) string {
+	_, arg, ok := strings.Cut(err.Error(), "unknown shorthand flag: ")
+	if !ok {
+		return ""
+	}
+	_, word, ok := strings.Cut(arg, " in -")
+	name, _, _ := strings.Cut(word, "=")
+	if !ok || c.Flags().Lookup(name) == nil {
+		return ""
+	}
+	return "; long flags take two dashes: --" + name
 }
 
 // groupArgs refuses an argument to a command that only groups others: it names no command.
