@@ -313,7 +313,11 @@ func writeBroker(b *strings.Builder, br BrokerResult) {
 	for _, res := range br.Topology {
 		var set []string
 		for _, s := range res.Settings {
-			set = append(set, s.Name+"="+s.Value)
+			v := s.Value
+			if v == "" {
+				v = `""`
+			}
+			set = append(set, s.Name+"="+v)
 		}
 		fmt.Fprintf(tw, "    %s %s\t%s\t%s\n", res.Kind, res.Name, res.Role, strings.Join(set, " "))
 	}

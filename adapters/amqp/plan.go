@@ -60,6 +60,9 @@ func (urlDriver) Plan(u *url.URL, spec plan.Spec) (plan.BrokerPlan, error) {
 			bp.Steps[i].Via = tierQueue(spec.Topic, d, d == ts.reject)
 		}
 	}
+	if cfg.QueueType != Quorum {
+		bp.SetTrait(plan.TraitAttempts, "the broker (x-death, the redelivered flag): crash redeliveries count as one attempt however many")
+	}
 	bp.SetTrait(plan.TraitRetry, "the same message, dead-lettered through a TTL retry queue (a copy for a tier other than the first delay's)")
 	bp.SetTrait(plan.TraitUnacked, "after RequeueDelay ("+cfg.RequeueDelay.String()+") requeued; after a crash, at once")
 	bp.SetTrait(plan.TraitPayload, "any bytes")
