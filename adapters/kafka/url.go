@@ -2,13 +2,21 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
+	"io"
+	"math"
 	"net/url"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/xdg-go/scram"
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/brokerurl"
@@ -20,17 +28,74 @@ func init() { brokerurl.Register(urlDriver{}) }
 
 // urlDriver opens kafka:// URLs:
 //
-//	kafka://host:port[,host:port...]?group=G[&at_least_once=true&transactional_id_prefix=P]
+//	kafka://[user:password@]host:port[,host:port...]?group=G[&parameter=value...]
 //
-// group is required unless the broker is opened with Options.NoConsume.
+// group is required unless the broker is opened with Options.NoConsume. The parameters, each
+// setting the Config field (or the field of Config.Sarama) of the same meaning:
+//
+//	group=G                        ConsumerGroup
+//	at_least_once=true             AtLeastOnce
+//	transactional_id_prefix=P      TransactionalIDPrefix
+//	partitions=N                   Partitions (of a source topic Provision creates)
+//	replication_factor=N           ReplicationFactor (of the topics Provision creates)
+//	version=3.6.0                  Sarama.Version, the Kafka protocol version spoken
+//	tls=true                       Sarama.Net.TLS.Enable (implied by every tls_ parameter)
+//	tls_ca=/path/ca.pem            the CAs trusted instead of the system's (PEM file)
+//	tls_cert=/path/client.pem      a client certificate (PEM file), with tls_key
+//	tls_key=/path/client-key.pem   its private key (PEM file), with tls_cert
+//	tls_server_name=NAME           the name the brokers' certificates must carry
+//	tls_insecure_skip_verify=true  accept any certificate (tests only)
+//	sasl=plain|scram-sha-256|scram-sha-512
+//	                               Sarama.Net.SASL, with the user and password of the URL's
+//	                               userinfo (percent-encoded), which it requires
+//
+// The password is taken from the userinfo only, never from a parameter: brokerurl.Redact and
+// url.URL.Redacted hide it there in errors and logs. userinfo without sasl is refused (it would
+// otherwise be ignored). SASL PLAIN sends the password as it is: use it with tls=true. The TLS
+// files are read when the broker is opened (configFromURL does no I/O).
 type urlDriver struct{}
 
 var _ brokerurl.Driver = urlDriver{}
 
 func (urlDriver) Schemes() []string { return []string{"kafka"} }
 
-// configFromURL builds the adapter's Config from u without connecting.
+// tlsFiles are the files a kafka:// URL names for TLS, read when the broker is opened.
+type tlsFiles struct {
+	ca, cert, key string
+}
+
+// configFromURL builds the adapter's Config from u without connecting or reading a file: the
+// TLS files (tls_ca, tls_cert, tls_key) are read by openConfig.
 func configFromURL(u *url.URL, opts brokerurl.Options) (Config, error) {
+	cfg, _, err := parseURL(u, opts)
+	return cfg, err
+}
+
+// openConfig is configFromURL with the TLS files read into Config.Sarama.Net.TLS.Config.
+func openConfig(u *url.URL, opts brokerurl.Options) (Config, error) {
+	cfg, files, err := parseURL(u, opts)
+	if err != nil {
+		return Config{}, err
+	}
+	if err := files.load(cfg.Sarama); err != nil {
+		return Config{}, err
+	}
+	if cfg.Sarama != nil && cfg.Sarama.Net.SASL.Enable && cfg.Sarama.Net.SASL.Mechanism == sarama.SASLTypePlaintext && !cfg.Sarama.Net.TLS.Enable {
+		cfg.Logger.Warn("kafka:// with sasl=plain and no tls: the password crosses the network as it is; add tls=true",
+			"url", brokerurl.Redact(u.String()))
+	}
+	return cfg, nil
+}
+
+// saslMechanisms maps the sasl parameter's values to Sarama's mechanisms.
+var saslMechanisms = map[string]sarama.SASLMechanism{
+	"plain":         sarama.SASLTypePlaintext,
+	"scram-sha-256": sarama.SASLTypeSCRAMSHA256,
+	"scram-sha-512": sarama.SASLTypeSCRAMSHA512,
+}
+
+// parseURL reads u into a Config and the names of the TLS files to read.
+func parseURL(u *url.URL, opts brokerurl.Options) (Config, tlsFiles, error) {
 	p := brokerurl.NewParams(u)
 	cfg := Config{
 		Brokers:               strings.Split(u.Host, ","),
@@ -39,44 +104,194 @@ func configFromURL(u *url.URL, opts brokerurl.Options) (Config, error) {
 		TransactionalIDPrefix: p.String("transactional_id_prefix", ""),
 		Logger:                opts.LoggerOrDiscard(),
 	}
+	partitions := p.Int("partitions", 0)
+	replication := p.Int("replication_factor", 0)
+	version := p.String("version", "")
+	tlsOn := p.Has("tls")
+	tlsEnable := p.Bool("tls", false)
+	files := tlsFiles{ca: p.String("tls_ca", ""), cert: p.String("tls_cert", ""), key: p.String("tls_key", "")}
+	serverName := p.String("tls_server_name", "")
+	skipVerify := p.Bool("tls_insecure_skip_verify", false)
+	tlsParams := p.Has("tls_ca") || p.Has("tls_cert") || p.Has("tls_key") || p.Has("tls_server_name") || p.Has("tls_insecure_skip_verify")
+	mechanism := p.OneOf("sasl", "", "plain", "scram-sha-256", "scram-sha-512")
 	if err := p.Done(); err != nil {
-		return Config{}, err
+		return Config{}, tlsFiles{}, err
+	}
+	bad := func(format string, a ...any) (Config, tlsFiles, error) {
+		return Config{}, tlsFiles{}, fmt.Errorf("%w: kafka:// "+format, append([]any{brokerurl.ErrInvalidURL}, a...)...)
 	}
 	if u.Host == "" {
-		return Config{}, fmt.Errorf("%w: kafka:// needs at least one broker, as kafka://host:port[,host:port...]", brokerurl.ErrInvalidURL)
+		return bad("needs at least one broker, as kafka://host:port[,host:port...]")
+	}
+	if replication > math.MaxInt16 {
+		return bad("parameter replication_factor=%d must be at most %d", replication, math.MaxInt16)
+	}
+	if partitions > math.MaxInt32 {
+		return bad("parameter partitions=%d must be at most %d", partitions, math.MaxInt32)
+	}
+	cfg.Partitions, cfg.ReplicationFactor = int32(partitions), int16(replication)
+	if tlsOn && !tlsEnable && tlsParams {
+		return bad("parameter tls=false contradicts the tls_ parameters given: drop tls=false, or them")
+	}
+	if (files.cert == "") != (files.key == "") {
+		if files.cert == "" {
+			return bad("parameter tls_key needs tls_cert, the client certificate it is the key of")
+		}
+		return bad("parameter tls_cert needs tls_key, the certificate's private key")
+	}
+	user, password, hasUserinfo := "", "", u.User != nil
+	if hasUserinfo {
+		user = u.User.Username()
+		password, _ = u.User.Password()
+	}
+	switch {
+	case mechanism == "" && hasUserinfo:
+		return bad("has a user in the URL but no parameter sasl: add sasl=plain, sasl=scram-sha-256 or sasl=scram-sha-512 (the user and password are for SASL)")
+	case mechanism != "" && (user == "" || password == ""):
+		return bad("parameter sasl=%s needs the user and password in the URL, as kafka://user:password@host:port (percent-encoded)", mechanism)
+	}
+
+	if version != "" || tlsEnable || tlsParams || mechanism != "" {
+		sc := sarama.NewConfig()
+		// As for a configuration the adapter makes itself: nobody reads these metrics.
+		sc.MetricRegistry = discardMetrics{}
+		if version != "" {
+			v, err := sarama.ParseKafkaVersion(version)
+			if err != nil {
+				return bad("parameter version=%q must be a Kafka version such as 3.6.0", version)
+			}
+			sc.Version = v
+		}
+		if tlsEnable || tlsParams {
+			sc.Net.TLS.Enable = true
+			sc.Net.TLS.Config = &tls.Config{
+				MinVersion:         tls.VersionTLS12,
+				ServerName:         serverName,
+				InsecureSkipVerify: skipVerify, //nolint:gosec // asked for by tls_insecure_skip_verify=true
+			}
+		}
+		if mechanism != "" {
+			sc.Net.SASL.Enable = true
+			sc.Net.SASL.Mechanism = saslMechanisms[mechanism]
+			sc.Net.SASL.User = user
+			sc.Net.SASL.Password = password
+			switch mechanism {
+			case "scram-sha-256":
+				sc.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{hash: scram.SHA256} }
+			case "scram-sha-512":
+				sc.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{hash: scram.SHA512} }
+			}
+		}
+		if err := sc.Validate(); err != nil {
+			return bad("gives a client configuration sarama refuses: %v", err)
+		}
+		cfg.Sarama = sc
 	}
 	if cfg.ConsumerGroup == "" {
 		if !opts.NoConsume {
-			return Config{}, fmt.Errorf("%w: kafka:// needs parameter group, the consumer group every subscription joins (e.g. ?group=billing)", brokerurl.ErrInvalidURL)
+			return bad("needs parameter group, the consumer group every subscription joins (e.g. ?group=billing)")
 		}
 		// Never consumes: the adapter requires a group but never joins it.
 		cfg.ConsumerGroup = "millrace-cli"
 	}
-	return cfg, cfg.Validate()
+	return cfg, files, cfg.Validate()
+}
+
+// load reads the TLS files into sc's TLS configuration (sc is nil when the URL names none).
+func (f tlsFiles) load(sc *sarama.Config) error {
+	if f == (tlsFiles{}) {
+		return nil
+	}
+	tc := sc.Net.TLS.Config
+	if f.ca != "" {
+		pem, err := os.ReadFile(f.ca)
+		if err != nil {
+			return fmt.Errorf("%w: kafka:// parameter tls_ca: %w", brokerurl.ErrInvalidURL, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("%w: kafka:// parameter tls_ca=%q holds no PEM certificate", brokerurl.ErrInvalidURL, f.ca)
+		}
+		tc.RootCAs = pool
+	}
+	if f.cert != "" {
+		pair, err := tls.LoadX509KeyPair(f.cert, f.key)
+		if err != nil {
+			return fmt.Errorf("%w: kafka:// parameters tls_cert=%q and tls_key=%q: %w", brokerurl.ErrInvalidURL, f.cert, f.key, err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return nil
+}
+
+// scramClient is the SCRAM conversation Sarama runs for SCRAM-SHA-256 and SCRAM-SHA-512, on
+// github.com/xdg-go/scram (as Sarama's own examples do).
+type scramClient struct {
+	hash scram.HashGeneratorFcn
+	conv *scram.ClientConversation
+}
+
+// Begin starts a conversation for the user.
+func (c *scramClient) Begin(user, password, authzID string) error {
+	client, err := c.hash.NewClient(user, password, authzID)
+	if err != nil {
+		return err
+	}
+	c.conv = client.NewConversation()
+	return nil
+}
+
+// Step answers the server's challenge.
+func (c *scramClient) Step(challenge string) (string, error) { return c.conv.Step(challenge) }
+
+// Done reports whether the conversation is over.
+func (c *scramClient) Done() bool { return c.conv.Done() }
+
+// connect opens the client the broker's operations (and the reachability check) use, with the
+// adapter's TLS and SASL settings (StoreSaramaConfig copies Config.Sarama). Its error is one
+// line naming the URL without its password.
+func connect(u *url.URL, cfg Config) (sarama.Client, error) {
+	client, err := sarama.NewClient(cfg.Brokers, StoreSaramaConfig(cfg.Sarama))
+	if err == nil {
+		return client, nil
+	}
+	where := brokerurl.Redact(u.String())
+	// A broker answers a failed authentication with an error code, or (as kfake and proxies
+	// do) by closing the connection: either way the credentials are the likely cause.
+	if sc := cfg.Sarama; sc != nil && sc.Net.SASL.Enable &&
+		(errors.Is(err, sarama.ErrSASLAuthenticationFailed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+		hint := ""
+		if !sc.Net.TLS.Enable {
+			hint = ", or tls=true if the listener is TLS"
+		}
+		return nil, fmt.Errorf("connect to %s: SASL %s authentication of user %q failed: check the user and password in the URL%s (%w: %v)",
+			where, sc.Net.SASL.Mechanism, sc.Net.SASL.User, hint, sarama.ErrSASLAuthenticationFailed, err)
+	}
+	return nil, fmt.Errorf("connect to %s: %w", where, err)
 }
 
 func (urlDriver) OpenAdapter(ctx context.Context, u *url.URL, opts brokerurl.Options) (millrace.Adapter, error) {
-	cfg, err := configFromURL(u, opts)
+	cfg, err := openConfig(u, opts)
 	if err != nil {
 		return nil, err
 	}
 	// New makes no call: check a broker answers, so an unreachable cluster fails here.
-	client, err := sarama.NewClient(cfg.Brokers, StoreSaramaConfig(cfg.Sarama))
+	client, err := connect(u, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", brokerurl.Redact(u.String()), err)
+		return nil, err
 	}
 	_ = client.Close()
 	return New(cfg)
 }
 
 func (urlDriver) Open(ctx context.Context, u *url.URL, opts brokerurl.Options) (brokerurl.Broker, error) {
-	cfg, err := configFromURL(u, opts)
+	cfg, err := openConfig(u, opts)
 	if err != nil {
 		return nil, err
 	}
-	client, err := sarama.NewClient(cfg.Brokers, StoreSaramaConfig(cfg.Sarama))
+	client, err := connect(u, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", brokerurl.Redact(u.String()), err)
+		return nil, err
 	}
 	b := &urlBroker{client: client, keys: map[string]string{}}
 	cfg.PartitionKey = b.partitionKey
@@ -108,9 +323,45 @@ var (
 
 func (b *urlBroker) Adapter() millrace.Adapter { return b.a }
 
-// DeadLetterDestinations is not implemented yet.
+// DeadLetterDestinations lists the topics named like the adapter's dead-letter topics
+// (<topic>.dlq; their "<dlq>.replayed" marker topics are not destinations), sorted, each with
+// the number of dead letters the dead-letter store holds in it: the records still retained,
+// less those replayed or purged. Counting reads each topic to its end, as the store does.
 func (b *urlBroker) DeadLetterDestinations(ctx context.Context) ([]brokerurl.Destination, error) {
-	return nil, fmt.Errorf("kafka: listing dead-letter topics is not implemented yet")
+	if err := b.client.RefreshMetadata(); err != nil {
+		return nil, fmt.Errorf("kafka: list topics: %w", err)
+	}
+	topics, err := b.client.Topics()
+	if err != nil {
+		return nil, fmt.Errorf("kafka: list topics: %w", err)
+	}
+	var names []string
+	for _, t := range topics {
+		if len(t) > len(DeadLetterSuffix) && strings.HasSuffix(t, DeadLetterSuffix) {
+			names = append(names, t)
+		}
+	}
+	slices.Sort(names)
+	out := make([]brokerurl.Destination, 0, len(names))
+	for _, n := range names {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		s, err := NewDeadLetterStore(b.client, n, StoreConfig{})
+		if errors.Is(err, deadletter.ErrDestinationNotFound) {
+			continue // deleted since the listing
+		}
+		if err != nil {
+			return nil, err
+		}
+		depth, err := s.Count(ctx, deadletter.Filter{})
+		_ = s.Close()
+		if err != nil {
+			return nil, fmt.Errorf("kafka: count the dead letters of %s: %w", n, err)
+		}
+		out = append(out, brokerurl.Destination{Name: n, Topic: strings.TrimSuffix(n, DeadLetterSuffix), Depth: depth})
+	}
+	return out, nil
 }
 
 func (b *urlBroker) partitionKey(_ string, msg *message.Message) (string, error) {
