@@ -276,6 +276,7 @@ const (
 	TraitBudget        = "processing budget bound"
 	TraitUnacked       = "an unacknowledged message returns"
 	TraitPayload       = "payloads"
+	TraitConcurrency   = "handled at once"
 	TraitDeadLetter    = "dead-letter destination"
 	TraitGiveUp        = "give-up time"
 )

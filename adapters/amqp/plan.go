@@ -66,6 +66,7 @@ func (urlDriver) Plan(u *url.URL, spec plan.Spec) (plan.BrokerPlan, error) {
 	bp.SetTrait(plan.TraitRetry, "the same message, dead-lettered through a TTL retry queue (a copy for a tier other than the first delay's)")
 	bp.SetTrait(plan.TraitUnacked, "after RequeueDelay ("+cfg.RequeueDelay.String()+") requeued; after a crash, at once")
 	bp.SetTrait(plan.TraitPayload, "any bytes")
+	bp.SetTrait(plan.TraitConcurrency, fmt.Sprintf("up to %d messages per subscription (Prefetch)", cfg.Prefetch))
 	return bp, nil
 }
 

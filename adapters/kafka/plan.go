@@ -130,6 +130,7 @@ func planConfig(cfg Config, cfgErr error, spec plan.Spec) plan.BrokerPlan {
 	bp.SetTrait(plan.TraitRetry, "a new record in a retry topic; the original's offset is committed")
 	bp.SetTrait(plan.TraitUnacked, "after NackDelay ("+cfg.NackDelay.String()+") in the same consumer; after a crash, once the group rebalances")
 	bp.SetTrait(plan.TraitPayload, "any bytes")
+	bp.SetTrait(plan.TraitConcurrency, fmt.Sprintf("every partition in parallel, up to %d records each (MaxInFlight), one at a time per key", cfg.MaxInFlight))
 	mode := "transactional (exactly one retry or dead letter per failure)"
 	if cfg.AtLeastOnce {
 		mode = "at least once (a crash may repeat a retry or dead letter)"

@@ -82,6 +82,7 @@ func (urlDriver) Plan(u *url.URL, spec plan.Spec) (plan.BrokerPlan, error) {
 	bp.SetTrait(plan.TraitRetry, "the same entry, left pending; the retry schedule claims it when due")
 	bp.SetTrait(plan.TraitUnacked, fmt.Sprintf("after %s idle (min_idle), found within %s (recover interval); after a crash too", cfg.MinIdle, cfg.RecoverInterval))
 	bp.SetTrait(plan.TraitPayload, "any bytes")
+	bp.SetTrait(plan.TraitConcurrency, fmt.Sprintf("up to %d entries per subscription (Window)", cfg.Window))
 	bp.SetTrait("retry delay resolution", cfg.ReclaimInterval.String()+" (reclaim interval)")
 	return bp, nil
 }

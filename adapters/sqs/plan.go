@@ -97,6 +97,7 @@ func planConfig(cfg Config, cfgErr error, spec plan.Spec) plan.BrokerPlan {
 	bp.SetTrait(plan.TraitRetry, "the same message, hidden by ChangeMessageVisibility")
 	bp.SetTrait(plan.TraitUnacked, "after the visibility timeout ("+cfg.VisibilityTimeout.String()+"), after a crash too")
 	bp.SetTrait(plan.TraitPayload, "text only (valid UTF-8)")
+	bp.SetTrait(plan.TraitConcurrency, "one message per subscription (MaxNumberOfMessages 1): scale with instances")
 	bp.SetTrait("give-up by", cfg.GiveUp.String())
 	return bp
 }

@@ -84,7 +84,7 @@ func TestPlanFieldReport(t *testing.T) {
 	for _, d := range r.Differences {
 		diffs = append(diffs, d.Trait)
 	}
-	for _, want := range []string{plan.TraitRetry, plan.TraitAttempts, plan.TraitLastError, plan.TraitPayload, plan.TraitUnacked, plan.TraitDelays} {
+	for _, want := range []string{plan.TraitRetry, plan.TraitAttempts, plan.TraitLastError, plan.TraitPayload, plan.TraitUnacked, plan.TraitDelays, plan.TraitConcurrency} {
 		if !strings.Contains(strings.Join(diffs, "|"), want) {
 			t.Errorf("differences %q lack %q", diffs, want)
 		}
