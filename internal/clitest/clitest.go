@@ -166,7 +166,8 @@ type List struct {
 	Entries []Entry `json:"entries"`
 }
 
-// Entry is one dead letter as `dlq list --json` and `dlq show --json` print it.
+// Entry is one dead letter as `dlq list --json` and `dlq show --json` print it. Each field is
+// the JSON key of its tag (cmd/millrace/format.go); Payload and PayloadText are in show only.
 type Entry struct {
 	ID            string            `json:"id"`
 	UUID          string            `json:"uuid"`
@@ -186,7 +187,7 @@ type Entry struct {
 }
 
 // Field is one native field of an Entry (a Redis stream field, a Kafka header, an AMQP header
-// or property, an SQS attribute), in broker order.
+// or property, an SQS attribute), in broker order. Each field is the JSON key of its tag.
 type Field struct {
 	Name       string  `json:"name"`
 	NameBase64 []byte  `json:"name_base64"`
