@@ -67,7 +67,6 @@ var knownViolations = map[string]string{
 	"cmd/millrace/plan_test.go imports github.com/aws/aws-sdk-go-v2/service/sqs (adapters/sqs's broker client)":       movePlanCheckSQS,
 	"cmd/millrace/plan_test.go imports github.com/aws/aws-sdk-go-v2/service/sqs/types (adapters/sqs's broker client)": movePlanCheckSQS,
 	"cmd/millrace/plan_test.go imports github.com/millrace/millrace/adapters/sqs without a blank name":                movePlanCheckSQS,
-	"cmd/millrace/sqs_test.go is named after a broker (sqs)":                                                          "it only defines envSQSEndpoint for plan_test.go's TestPlanCheckSQS; delete it when that test moves",
 	"deadletter/sink/native_test.go imports github.com/redis/go-redis/v9 (adapters/redisstream's broker client)":      moveSinkRedis,
 	"deadletter/sink/native_test.go imports github.com/millrace/millrace/adapters/redisstream (a broker's adapter)":   moveSinkRedis,
 }
