@@ -283,7 +283,7 @@ func TestWriteText(t *testing.T) {
 		"check: the live broker matches the plan",
 		`MISMATCH  queue q: VisibilityTimeout is "30", want "60" (budget)`,
 		"where the brokers differ",
-		"result: FAIL (1 live setting differ from the plan)",
+		"result: FAIL (1 live setting differs from the plan)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text lacks %q:\n%s", want, out)

@@ -248,7 +248,9 @@ func (r Report) failures() string {
 	if rules > 0 {
 		parts = append(parts, plural(rules, "rule")+" failed")
 	}
-	if mism > 0 {
+	if mism == 1 {
+		parts = append(parts, "1 live setting differs from the plan")
+	} else if mism > 1 {
 		parts = append(parts, plural(mism, "live setting")+" differ from the plan")
 	}
 	return strings.Join(parts, ", ")

@@ -132,7 +132,13 @@ func (b *urlBroker) Check(ctx context.Context, spec plan.Spec, want plan.BrokerP
 	switch {
 	case errors.As(err, &me):
 		for _, m := range me.Mismatches {
-			ms = append(ms, plan.Mismatch{Resource: "queue " + me.Queue, Setting: m.Attribute, Want: m.Want, Got: m.Got, Why: m.Why})
+			pm := plan.Mismatch{Resource: "queue " + me.Queue, Setting: m.Attribute, Want: m.Want, Got: m.Got, Why: m.Why}
+			wantTarget, wantMax, _ := parseRedrive(m.Want)
+			if gotTarget, gotMax, ok := parseRedrive(m.Got); m.Attribute == attrRedrive && ok && gotTarget == wantTarget {
+				// Only the count differs: name it.
+				pm.Setting, pm.Want, pm.Got = attrRedrive+".maxReceiveCount", strconv.Itoa(wantMax), strconv.Itoa(gotMax)
+			}
+			ms = append(ms, pm)
 		}
 	case errors.As(err, &ce):
 		res, setting := "topic "+spec.Topic, ce.Field

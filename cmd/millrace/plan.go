@@ -148,7 +148,7 @@ func (a *app) runPlan(ctx context.Context, o planOptions, stdin io.Reader, out i
 	}
 	if !r.OK {
 		problems := r.Problems()
-		return fmt.Errorf("%w: %d problem(s): %s", errPlanFailed, len(problems), strings.Join(problems, "; "))
+		return fmt.Errorf("%w: %s", errPlanFailed, strings.Join(problems, "; "))
 	}
 	return nil
 }

@@ -167,8 +167,8 @@ func TestPlanCheckSQS(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := planRun(t, o)
-	if !errors.Is(err, errPlanFailed) || !strings.Contains(out, "MISMATCH  queue "+a.QueueName(topic)+": RedrivePolicy is ") ||
-		!strings.Contains(out, `\"maxReceiveCount\":3`) || !strings.Contains(err.Error(), "RedrivePolicy") {
+	if !errors.Is(err, errPlanFailed) || !strings.Contains(out, "MISMATCH  queue "+a.QueueName(topic)+`: RedrivePolicy.maxReceiveCount is "3", want "5"`) ||
+		!strings.Contains(err.Error(), "RedrivePolicy.maxReceiveCount") {
 		t.Fatalf("maxReceiveCount 3: err %v\n%s", err, out)
 	}
 }
