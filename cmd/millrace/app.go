@@ -120,7 +120,7 @@ func (a *app) newRoot() *cobra.Command {
 	dlq.AddCommand(a.newListCommand(), a.newShowCommand(), a.newReplayCommand(), a.newPurgeCommand(),
 		a.newStatsCommand(), a.newTopicsCommand(), a.newMigrateCommand())
 	root.AddCommand(dlq)
-	// `millrace plan` (plan.go) is added here: root.AddCommand(newPlanCommand(a)).
+	root.AddCommand(newPlanCommand(a))
 	return root
 }
 

@@ -54,6 +54,7 @@ func TestHelpAtEveryLevel(t *testing.T) {
 		{[]string{"dlq", "migrate", "--help"}, []string{"--store URL"}},
 		{[]string{"dlq", "topics", "--help"}, []string{"--store URL", "--json"}},
 		{[]string{"dlq", "stats", "--help"}, []string{"--since T", "--top int", "--json"}},
+		{[]string{"plan", "--help"}, []string{"millrace plan [flags] URL...", "--check"}},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -136,7 +137,7 @@ func TestUnknownFlagIsOneLine(t *testing.T) {
 		{[]string{"dlq", "list", "-x"}, "millrace: unknown shorthand flag: 'x' in -x (see millrace dlq list --help)\n"},
 		{[]string{"dlq", "list", "--limit"}, "millrace: flag needs an argument: --limit (see millrace dlq list --help)\n"},
 		{[]string{"dlq", "list", "--limit", "many"}, `millrace: invalid argument "many" for "--limit" flag: strconv.ParseInt: parsing "many": invalid syntax (see millrace dlq list --help)` + "\n"},
-		{[]string{"bogus"}, `millrace: unknown command "bogus" for "millrace" (commands: completion, dlq, help)` + "\n"},
+		{[]string{"bogus"}, `millrace: unknown command "bogus" for "millrace" (commands: completion, dlq, help, plan)` + "\n"},
 		{[]string{"dlq", "lst"}, `millrace: unknown command "lst" for "millrace dlq", did you mean "list"? (commands: list, migrate, purge, replay, show, stats, topics)` + "\n"},
 	} {
 		r := c.run("", tc.args...)
