@@ -2,8 +2,11 @@ package sqs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -24,16 +27,20 @@ func init() { brokerurl.Register(urlDriver{}) }
 
 // urlDriver opens SQS URLs:
 //
-//	sqs+https://sqs.<region>.amazonaws.com[?region=R]   AWS, with the SDK's default credential
-//	                                                     chain (environment, shared config and
-//	                                                     profiles, SSO, web identity/IRSA, ECS and
-//	                                                     EC2 roles)
+//	sqs+https://sqs.<region>.amazonaws.com[?region=R]   AWS, with the SDK's default
+//	                                                     configuration: credential chain
+//	                                                     (environment, shared config and
+//	                                                     credentials files and AWS_PROFILE, SSO,
+//	                                                     web identity/IRSA, ECS and EC2 roles),
+//	                                                     AWS_CA_BUNDLE, retries
 //	sqs+http://host:port[?region=us-east-1]             a local endpoint, dummy credentials
 //
 // with &visibility=60s&processing_budget=50s&give_up=send|redrive&create=true|false
 // &dlq_suffix=-dlq&wait_time=20s setting the Config fields of the same meaning. create defaults
 // to true on sqs+http and false on sqs+https. processing_budget is required unless the broker is
-// opened with Options.NoConsume.
+// opened with Options.NoConsume. The region signs the requests: the region parameter, else the
+// one in an AWS host name, else (sqs+https to another host, such as a VPC endpoint) the default
+// chain's (AWS_REGION, the profile's), else us-east-1. Credentials are never URL parameters.
 type urlDriver struct{}
 
 var _ brokerurl.Driver = urlDriver{}
@@ -82,11 +89,20 @@ func configFromURL(u *url.URL, opts brokerurl.Options) (Config, error) {
 // regionOf reads the region of an AWS endpoint host (sqs.<region>.amazonaws.com), or returns
 // "us-east-1" for any other host.
 func regionOf(host string) string {
-	parts := strings.Split(host, ".")
-	if len(parts) >= 4 && parts[0] == "sqs" && parts[2] == "amazonaws" {
-		return parts[1]
+	if r, ok := awsRegion(host); ok {
+		return r
 	}
 	return "us-east-1"
+}
+
+// awsRegion reads the region of an AWS endpoint host (sqs.<region>.amazonaws.com[.cn]); ok is
+// false for any other host.
+func awsRegion(host string) (string, bool) {
+	parts := strings.Split(host, ".")
+	if len(parts) >= 4 && parts[0] == "sqs" && parts[2] == "amazonaws" {
+		return parts[1], true
+	}
+	return "", false
 }
 
 // openURL opens the adapter u names and checks the endpoint answers. sqs+https:// loads the SDK's
@@ -98,9 +114,18 @@ func openURL(ctx context.Context, u *url.URL, opts brokerurl.Options) (*Adapter,
 		return nil, err
 	}
 	if strings.EqualFold(u.Scheme, "sqs+https") {
-		ac, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(cfg.Region))
+		// The region signs the requests: the URL's (parameter or AWS host name), else the
+		// default chain's (AWS_REGION, the profile's region), else us-east-1.
+		var load []func(*awsconfig.LoadOptions) error
+		if _, onAWS := awsRegion(u.Hostname()); onAWS || u.Query().Has("region") {
+			load = append(load, awsconfig.WithRegion(cfg.Region))
+		}
+		ac, err := awsconfig.LoadDefaultConfig(ctx, load...)
 		if err != nil {
 			return nil, fmt.Errorf("load the AWS configuration: %w", err)
+		}
+		if ac.Region == "" {
+			ac.Region = cfg.Region
 		}
 		cfg.AWSConfig = &ac
 	}
@@ -142,9 +167,66 @@ func (b *urlBroker) Adapter() millrace.Adapter { return b.a }
 // PrepareReplay needs nothing on SQS.
 func (b *urlBroker) PrepareReplay(deadletter.Record, *message.Message) {}
 
-// DeadLetterDestinations is not implemented yet.
+// DeadLetterDestinations lists the queues named like the adapter's dead-letter queues (ending
+// with Config.DeadLetterSuffix, every page of ListQueues), sorted by name, each with SQS's
+// approximate count of its messages: ApproximateNumberOfMessages plus
+// ApproximateNumberOfMessagesNotVisible (those received and not yet deleted, e.g. held by a
+// `millrace dlq` command). Topic is the work topic's queue name (the suffix cut off): SQS names
+// do not keep a topic's dots.
 func (b *urlBroker) DeadLetterDestinations(ctx context.Context) ([]brokerurl.Destination, error) {
-	return nil, fmt.Errorf("sqs: listing dead-letter queues is not implemented yet")
+	client := b.a.Client()
+	var names []string
+	for p := awssqs.NewListQueuesPaginator(client, &awssqs.ListQueuesInput{MaxResults: aws.Int32(1000)}); p.HasMorePages(); {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("sqs: list queues: %w", err)
+		}
+		for _, qurl := range page.QueueUrls {
+			name := qurl[strings.LastIndexByte(qurl, '/')+1:]
+			if len(name) > len(b.a.cfg.DeadLetterSuffix) && b.a.isDeadLetterQueue(name) {
+				names = append(names, name)
+			}
+		}
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	out := make([]brokerurl.Destination, 0, len(names))
+	for _, name := range names {
+		qurl, ok, err := QueueURL(ctx, client, name)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue // deleted since the listing
+		}
+		attrs, err := client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
+			QueueUrl: aws.String(qurl),
+			AttributeNames: []types.QueueAttributeName{
+				types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+			},
+		})
+		var missing *types.QueueDoesNotExist
+		if errors.As(err, &missing) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sqs: attributes of queue %s: %w", name, err)
+		}
+		var depth int64
+		for _, k := range []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible} {
+			v := attrs.Attributes[string(k)]
+			if v == "" {
+				continue
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("sqs: queue %s attribute %s=%q is not a count", name, k, v)
+			}
+			depth += n
+		}
+		out = append(out, brokerurl.Destination{Name: name, Topic: strings.TrimSuffix(name, b.a.cfg.DeadLetterSuffix), Depth: depth, Approximate: true})
+	}
+	return out, nil
 }
 
 // PublishNative re-publishes a dead letter's Native content exactly (the original message's
