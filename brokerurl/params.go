@@ -60,14 +60,24 @@ type UnknownParameterError struct {
 }
 
 // Error reads `redis:// does not take foo (it takes consumer, group, ...; and go-redis's
-// client_name, db, ...)`. A name with characters other than letters, digits, "_", "-" and "."
-// is quoted.
+// client_name, db, ...)`, with "; did you mean window?" after the names when one is a likely
+// typo of a known one. A name with characters other than letters, digits, "_", "-" and "." is
+// quoted.
 func (e *UnknownParameterError) Error() string {
 	names := make([]string, len(e.Names))
 	for i, n := range e.Names {
 		names[i] = quoteName(n)
 	}
 	s := e.Scheme + ":// does not take " + strings.Join(names, ", ")
+	var guesses []string
+	for _, n := range e.Names {
+		if g := closest(n, e.Known, e.ClientKnown); g != "" && !slices.Contains(guesses, g) {
+			guesses = append(guesses, g)
+		}
+	}
+	if len(guesses) > 0 {
+		s += "; did you mean " + strings.Join(guesses, " or ") + "?"
+	}
 	switch {
 	case len(e.Known) == 0 && len(e.ClientKnown) == 0:
 		return s + " (it takes no parameters)"
@@ -77,6 +87,41 @@ func (e *UnknownParameterError) Error() string {
 		return s + " (it takes " + e.Client + "'s " + strings.Join(e.ClientKnown, ", ") + ")"
 	}
 	return s + " (it takes " + strings.Join(e.Known, ", ") + "; and " + e.Client + "'s " + strings.Join(e.ClientKnown, ", ") + ")"
+}
+
+// closest returns the name of lists nearest to n (a typo: at most 2 edits, fewer than half of
+// n's length), or "".
+func closest(n string, lists ...[]string) string {
+	best, bestD := "", 3
+	for _, l := range lists {
+		for _, k := range l {
+			if d := editDistance(strings.ToLower(n), k); d < bestD && 2*d < len(n) {
+				best, bestD = k, d
+			}
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // quoteName quotes a parameter name unless it is plain.

@@ -117,6 +117,11 @@ func TestParamsDoneUnknown(t *testing.T) {
 		{"x://h?a=1", func(p *Params) { p.Has("b") }, "x:// does not take a (it takes b)"},
 		{"x://h?a=1", func(p *Params) { p.Pass("lib", "b") }, "x:// does not take a (it takes lib's b)"},
 		{"x://h?a%20b=1&c%3D=2", func(*Params) {}, `x:// does not take "a b", "c=" (it takes no parameters)`},
+		// Likely typos get a suggestion, from the driver's names or the client's.
+		{"x://h?windw=1", func(p *Params) { p.Int("window", 0); p.Int("group", 0) }, "x:// does not take windw; did you mean window? (it takes group, window)"},
+		{"x://h?Gruop=1&foo=2", func(p *Params) { p.Int("window", 0); p.Int("group", 0) }, "x:// does not take Gruop, foo; did you mean group? (it takes group, window)"},
+		{"x://h?dial_timout=1&windw=2", func(p *Params) { p.Int("window", 0); p.Pass("lib", "dial_timeout") }, "x:// does not take dial_timout, windw; did you mean dial_timeout or window? (it takes window; and lib's dial_timeout)"},
+		{"x://h?c=1", func(p *Params) { p.Int("b", 0) }, "x:// does not take c (it takes b)"},
 	} {
 		p := params(t, tc.raw)
 		tc.read(p)
