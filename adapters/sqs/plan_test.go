@@ -13,6 +13,7 @@ import (
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/sqs"
 	"github.com/millrace/millrace/brokerurl"
+	"github.com/millrace/millrace/internal/clitest"
 	"github.com/millrace/millrace/plan"
 )
 
@@ -150,5 +151,55 @@ func TestPlanCheck(t *testing.T) {
 				t.Fatalf("visibility 30 and delay 5: mismatches %+v", r.Brokers[0].Mismatches)
 			}
 		})
+	}
+}
+
+// TestPlanCommandCheck is issue 14's check case, run as an operator does: `millrace plan
+// --check` passes on a provisioned queue (exit 0) and fails (exit 1, one line on stderr) on one
+// whose RedrivePolicy maxReceiveCount was edited by hand, naming the setting.
+func TestPlanCommandCheck(t *testing.T) {
+	u, err := url.Parse(endpoint(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := "sqs+http://" + u.Host + "?visibility=60s&give_up=redrive"
+	topic := uniqueTopic("plan-cli")
+	ctx := context.Background()
+	ad, err := brokerurl.OpenAdapter(ctx, raw+"&processing_budget=50s", brokerurl.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ad.(*sqs.Adapter)
+	t.Cleanup(func() {
+		for _, q := range []string{a.QueueName(topic), a.QueueName(a.DeadLetterTopic(topic))} {
+			if qurl, ok, _ := sqs.QueueURL(ctx, a.Client(), q); ok {
+				_, _ = a.Client().DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: aws.String(qurl)})
+			}
+		}
+		_ = a.Close()
+	})
+	spec := fieldReportSpec(topic, 50*time.Second)
+	if err := a.Provision(ctx, topic, spec.Policy); err != nil {
+		t.Fatal(err)
+	}
+	cli := clitest.New(t)
+	args := []string{"plan", "--topic", topic, "--attempts", "5", "--backoff", "fixed:60s", "--budget", "50s", "--lease", "2m", "--check", raw}
+	if r := cli.Run("", args...); r.Code != 0 || r.Stderr != "" || !strings.Contains(r.Stdout, "check: the live broker matches the plan") {
+		t.Fatalf("provisioned queue: exit %d, stderr %q\n%s", r.Code, r.Stderr, r.Stdout)
+	}
+
+	qurl, _, err := sqs.QueueURL(ctx, a.Client(), a.QueueName(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlqURL, _, _ := sqs.QueueURL(ctx, a.Client(), a.QueueName(a.DeadLetterTopic(topic)))
+	if _, err := a.Client().SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: aws.String(qurl),
+		Attributes: map[string]string{"RedrivePolicy": redrive(queueAttrs(t, a, dlqURL)["QueueArn"], 3)}}); err != nil {
+		t.Fatal(err)
+	}
+	r := cli.Run("", args...)
+	want := "queue " + a.QueueName(topic) + `: RedrivePolicy.maxReceiveCount is "3", want "5"`
+	if r.Code != 1 || !strings.Contains(r.Stdout, "MISMATCH  "+want) || !clitest.OneLine(r.Stderr) || !strings.Contains(r.Stderr, want) {
+		t.Fatalf("maxReceiveCount 3: exit %d, stderr %q\n%s", r.Code, r.Stderr, r.Stdout)
 	}
 }

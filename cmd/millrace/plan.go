@@ -56,12 +56,12 @@ func newPlanCommand(a *app) *cobra.Command {
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&o.specFile, "spec", "", "spec file of key = value lines (topic, attempts, backoff, budget, lease); - reads stdin")
-	f.String("topic", "", "the work topic (required, here or in --spec)")
-	f.String("attempts", "", "attempts in all, the first included (required, here or in --spec)")
-	f.String("backoff", "", "fixed:60s, delays:1s,10s,1m, exponential:initial=1s,max=5m[,multiplier=2][,jitter=0.2] or none")
-	f.String("budget", "", "the router's processing budget (router.Config.Budget); default: each adapter's")
-	f.String("lease", "", "the idempotency lease (idempotency.Config.LeaseTTL); default: no idempotency middleware")
+	f.StringVar(&o.specFile, "spec", "", "spec `FILE` of key = value lines (topic, attempts, backoff, budget, lease); - reads stdin")
+	f.String("topic", "", "the work `topic` (required, here or in --spec)")
+	f.String("attempts", "", "`N` attempts in all, the first included (required, here or in --spec)")
+	f.String("backoff", "", "the `backoff`: fixed:60s, delays:1s,10s,1m, exponential:initial=1s,max=5m[,multiplier=2][,jitter=0.2] or none")
+	f.String("budget", "", "the router's processing budget, a `duration` (router.Config.Budget); default: each adapter's")
+	f.String("lease", "", "the idempotency lease, a `duration` (idempotency.Config.LeaseTTL); default: no idempotency middleware")
 	f.BoolVar(&o.check, "check", false, "also compare each live broker's settings with its plan")
 	f.BoolVar(&o.json, "json", false, "print the report as JSON")
 	return c

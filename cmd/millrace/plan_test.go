@@ -5,23 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"math/rand/v2"
-	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/spf13/cobra"
 
-	"github.com/millrace/millrace"
-	"github.com/millrace/millrace/adapters/sqs"
-	"github.com/millrace/millrace/brokerurl"
-	"github.com/millrace/millrace/internal/testenv"
 	"github.com/millrace/millrace/plan"
 )
 
@@ -29,8 +18,6 @@ const (
 	fieldReportSpec = "testdata/plan/fieldreport.spec"
 	planKafkaURL    = "kafka://127.0.0.1:19092?group=notification"
 	planSQSURL      = "sqs+http://127.0.0.1:19324?visibility=60s"
-	// planSQSEnv names the SQS endpoint of the check test, as .ci/services/sqs.sh exports it.
-	planSQSEnv = "MILLRACE_SQS_ENDPOINT"
 )
 
 // planRun runs the plan command's core on o and returns its output and error.
@@ -114,62 +101,6 @@ func TestPlanUsage(t *testing.T) {
 				t.Errorf("err %v, want a usage error containing %q", err, tc.want)
 			}
 		})
-	}
-}
-
-// TestPlanCheckSQS is issue 14's check case on SQS: a provisioned queue passes plan --check;
-// its RedrivePolicy's maxReceiveCount edited by hand fails it, naming the setting.
-func TestPlanCheckSQS(t *testing.T) {
-	ep := os.Getenv(planSQSEnv)
-	if ep == "" {
-		testenv.Unreachable(t, "SQS", "(no endpoint)", planSQSEnv, errors.New(planSQSEnv+" is not set; `. .ci/services/sqs.sh` starts fauxqs and sets it"))
-	}
-	u, err := url.Parse(ep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw := "sqs+http://" + u.Host + "?visibility=60s&give_up=redrive"
-	topic := fmt.Sprintf("millrace-test.plan.%08x", rand.Uint32())
-	ctx := context.Background()
-	ad, err := brokerurl.OpenAdapter(ctx, raw+"&processing_budget=50s", brokerurl.Options{})
-	if err != nil {
-		testenv.Unreachable(t, "SQS", ep, planSQSEnv, err)
-	}
-	a := ad.(*sqs.Adapter)
-	t.Cleanup(func() {
-		for _, q := range []string{a.QueueName(topic), a.QueueName(a.DeadLetterTopic(topic))} {
-			if url, ok, _ := sqs.QueueURL(ctx, a.Client(), q); ok {
-				_, _ = a.Client().DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: aws.String(url)})
-			}
-		}
-		_ = a.Close()
-	})
-	if err := a.Provision(ctx, topic, millrace.RetryPolicy{MaxAttempts: 5, Backoff: millrace.Fixed(time.Minute)}); err != nil {
-		t.Fatal(err)
-	}
-	o := planOptions{specFile: fieldReportSpec, set: [][2]string{{"topic", topic}, {"budget", "50s"}}, check: true, urls: []string{raw}}
-	if out, err := planRun(t, o); err != nil || !strings.Contains(out, "check: the live broker matches the plan") {
-		t.Fatalf("provisioned queue: %v\n%s", err, out)
-	}
-
-	qurl, _, err := sqs.QueueURL(ctx, a.Client(), a.QueueName(topic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dlqURL, _, _ := sqs.QueueURL(ctx, a.Client(), a.QueueName(a.DeadLetterTopic(topic)))
-	attrs, err := a.Client().GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(dlqURL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	edited := `{"deadLetterTargetArn":"` + attrs.Attributes["QueueArn"] + `","maxReceiveCount":3}`
-	if _, err := a.Client().SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: aws.String(qurl),
-		Attributes: map[string]string{"RedrivePolicy": edited}}); err != nil {
-		t.Fatal(err)
-	}
-	out, err := planRun(t, o)
-	if !errors.Is(err, errPlanFailed) || !strings.Contains(out, "MISMATCH  queue "+a.QueueName(topic)+`: RedrivePolicy.maxReceiveCount is "3", want "5"`) ||
-		!strings.Contains(err.Error(), "RedrivePolicy.maxReceiveCount") {
-		t.Fatalf("maxReceiveCount 3: err %v\n%s", err, out)
 	}
 }
 
