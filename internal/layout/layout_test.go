@@ -67,14 +67,11 @@ var knownViolations = map[string]string{
 	"cmd/millrace/plan_test.go imports github.com/aws/aws-sdk-go-v2/service/sqs (adapters/sqs's broker client)":       movePlanCheckSQS,
 	"cmd/millrace/plan_test.go imports github.com/aws/aws-sdk-go-v2/service/sqs/types (adapters/sqs's broker client)": movePlanCheckSQS,
 	"cmd/millrace/plan_test.go imports github.com/millrace/millrace/adapters/sqs without a blank name":                movePlanCheckSQS,
-	"deadletter/sink/native_test.go imports github.com/redis/go-redis/v9 (adapters/redisstream's broker client)":      moveSinkRedis,
-	"deadletter/sink/native_test.go imports github.com/millrace/millrace/adapters/redisstream (a broker's adapter)":   moveSinkRedis,
 }
 
 // The moves that remove the known violations.
 const (
 	movePlanCheckSQS = "TestPlanCheckSQS (plan --check against SQS) belongs in adapters/sqs, beside plan_test.go there; it can run the command with internal/clitest"
-	moveSinkRedis    = "TestForeignRedisEntryKeepsItsFieldsInTable belongs in adapters/redisstream, as adapters/kafka/sink_native_test.go did for Kafka"
 )
 
 // pkg is what TestLayout reads of `go list -json`.

@@ -1,11 +1,11 @@
-package sink_test
+package redisstream_test
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"os"
+	"log/slog"
 	"reflect"
 	"sync/atomic"
 	"testing"
@@ -20,21 +20,16 @@ import (
 	"github.com/millrace/millrace/deadletter/pgstore/pgtest"
 	"github.com/millrace/millrace/deadletter/sink"
 	"github.com/millrace/millrace/internal/testenv"
+	"github.com/millrace/millrace/router"
 )
-
-func redisURL() string {
-	if u := os.Getenv("MILLRACE_REDIS_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
-}
 
 // TestForeignRedisEntryKeepsItsFieldsInTable is defect 7 through a Sink: a foreign entry
 // (user=u-5, event=legacy, a repeated name and a binary value; no Watermill layout) is
 // dead-lettered as malformed into the PostgreSQL table. The row used to hold an empty payload
 // and {} metadata while the entry was acknowledged: the fields were gone. The record must carry
 // every original field in order in Native, and Get (what `millrace dlq show --store postgres://`
-// reads) must give them back exactly.
+// reads) must give them back exactly. (Moved from deadletter/sink, which imports no broker
+// client.)
 func TestForeignRedisEntryKeepsItsFieldsInTable(t *testing.T) {
 	opts, err := redis.ParseURL(redisURL())
 	if err != nil {
@@ -53,7 +48,7 @@ func TestForeignRedisEntryKeepsItsFieldsInTable(t *testing.T) {
 
 	store := pgtest.Store(t, pgtest.Pool(t))
 	a, err := redisstream.New(redisstream.Config{
-		Client: client, Group: "sink-test", Logger: quiet,
+		Client: client, Group: "sink-test", Logger: sinkQuiet,
 		ProcessingBudget: 200 * time.Millisecond, ReclaimInterval: 50 * time.Millisecond, ReadBlock: 50 * time.Millisecond,
 	})
 	if err != nil {
@@ -77,12 +72,12 @@ func TestForeignRedisEntryKeepsItsFieldsInTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	var calls atomic.Int32
-	stop := runRouter(t, s, 3, stream, func(_ context.Context, m *message.Message, _ millrace.Attempt) error {
+	stop := sinkRunRouter(t, s, 3, stream, func(_ context.Context, m *message.Message, _ millrace.Attempt) error {
 		calls.Add(1)
 		return errors.New("failing " + m.UUID)
 	})
-	waitFor(t, "two dead letters in the table", func() bool { return count(t, store, deadletter.Filter{}) >= 2 })
-	waitFor(t, "the entry acknowledged", func() bool {
+	sinkWaitFor(t, "two dead letters in the table", func() bool { return sinkCount(t, store, deadletter.Filter{}) >= 2 })
+	sinkWaitFor(t, "the entry acknowledged", func() bool {
 		p, err := client.XPending(ctx, stream, "sink-test").Result()
 		return err == nil && p.Count == 0
 	})
@@ -132,4 +127,57 @@ func TestWatermillEntryHasNoNative(t *testing.T) {
 	if got := a.NativeContent(message.NewMessage("u", nil)); got != nil {
 		t.Fatalf("NativeContent of a message the adapter did not deliver = %q, want nil", got)
 	}
+}
+
+var sinkQuiet = slog.New(slog.DiscardHandler)
+
+func sinkRunRouter(t *testing.T, a millrace.Adapter, maxAttempts int, topic string, h router.HandlerFunc) (stop func()) {
+	t.Helper()
+	r, err := router.New(router.Config{
+		Adapter: a, Logger: sinkQuiet, CloseTimeout: 5 * time.Second,
+		Policy: millrace.RetryPolicy{MaxAttempts: maxAttempts, Backoff: millrace.Fixed(20 * time.Millisecond)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Handle("sink-test-handler", topic, h)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	select {
+	case <-r.Running():
+	case err := <-done:
+		t.Fatalf("router stopped: %v", err)
+	}
+	var stopped atomic.Bool
+	stop = func() {
+		if stopped.Swap(true) {
+			return
+		}
+		cancel()
+		_ = r.Close()
+		<-done
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func sinkWaitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func sinkCount(t *testing.T, s deadletter.Store, f deadletter.Filter) int64 {
+	t.Helper()
+	n, err := s.Count(context.Background(), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
