@@ -59,20 +59,10 @@ var exempt = []string{"examples", "tools"}
 // names no broker (a blank import per adapter registers it).
 var brokerNames = []string{"amqp", "kafka", "redis", "sqs", "rabbit", "nats"}
 
-// knownViolations are the violations the tree still has, each with what it takes to remove
-// it. TestLayout fails on any violation not listed here, and on a listed one that is gone (so
+// knownViolations are the violations the tree still has (none now), each with what it takes to
+// remove it. TestLayout fails on any violation not listed here, and on a listed one that is gone (so
 // that this list only shrinks: delete the entry).
-var knownViolations = map[string]string{
-	"cmd/millrace/plan_test.go imports github.com/aws/aws-sdk-go-v2/aws (adapters/sqs's broker client)":               movePlanCheckSQS,
-	"cmd/millrace/plan_test.go imports github.com/aws/aws-sdk-go-v2/service/sqs (adapters/sqs's broker client)":       movePlanCheckSQS,
-	"cmd/millrace/plan_test.go imports github.com/aws/aws-sdk-go-v2/service/sqs/types (adapters/sqs's broker client)": movePlanCheckSQS,
-	"cmd/millrace/plan_test.go imports github.com/millrace/millrace/adapters/sqs without a blank name":                movePlanCheckSQS,
-}
-
-// The moves that remove the known violations.
-const (
-	movePlanCheckSQS = "TestPlanCheckSQS (plan --check against SQS) belongs in adapters/sqs, beside plan_test.go there; it can run the command with internal/clitest"
-)
+var knownViolations = map[string]string{}
 
 // pkg is what TestLayout reads of `go list -json`.
 type pkg struct {
