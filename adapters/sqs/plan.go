@@ -126,33 +126,26 @@ func (b *urlBroker) Check(ctx context.Context, spec plan.Spec, want plan.BrokerP
 	if len(ms) > 0 {
 		return ms, nil
 	}
-	err = ca.Provision(ctx, spec.Topic, spec.Policy)
-	var me *MismatchError
-	var ce *millrace.ConfigError
-	switch {
-	case errors.As(err, &me):
-		for _, m := range me.Mismatches {
-			pm := plan.Mismatch{Resource: "queue " + me.Queue, Setting: m.Attribute, Want: m.Want, Got: m.Got, Why: m.Why}
-			wantTarget, wantMax, _ := parseRedrive(m.Want)
-			if gotTarget, gotMax, ok := parseRedrive(m.Got); m.Attribute == attrRedrive && ok && gotTarget == wantTarget {
-				// Only the count differs: name it.
-				pm.Setting, pm.Want, pm.Got = attrRedrive+".maxReceiveCount", strconv.Itoa(wantMax), strconv.Itoa(gotMax)
-			}
-			ms = append(ms, pm)
-		}
-	case errors.As(err, &ce):
-		res, setting := "topic "+spec.Topic, ce.Field
-		if rest, ok := strings.CutPrefix(ce.Field, "queue "); ok {
-			q, s, _ := strings.Cut(rest, " ")
-			res, setting = "queue "+q, s
-		}
-		wantValue := ""
-		if setting == attrRedrive+".maxReceiveCount" {
-			wantValue = strconv.Itoa(spec.Policy.MaxAttempts)
-		}
-		ms = append(ms, plan.Mismatch{Resource: res, Setting: setting, Want: wantValue, Got: ce.Value, Why: ce.Rule})
-	case err != nil:
+	pm, dlqRetention, err := provisionMismatches(ctx, ca, spec, dlq)
+	if err != nil {
 		return nil, err
+	}
+	ms = append(ms, pm...)
+	if dlqRetention > 0 {
+		// Provision checks the dead-letter queue first and stops at its mismatch: check the
+		// work queue too, as if the dead-letter queue's retention were the configured one.
+		cfg2 := cfg
+		cfg2.DeadLetterRetention = dlqRetention
+		ca2, err := New(cfg2)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = ca2.Close() }()
+		pm, _, err := provisionMismatches(ctx, ca2, spec, dlq)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, pm...)
 	}
 	qurl, _, err := ca.urls.lookup(ctx, work)
 	if err != nil {
@@ -167,4 +160,43 @@ func (b *urlBroker) Check(ctx context.Context, spec plan.Spec, want plan.BrokerP
 			Why: "every first delivery and replay waits that long; the give-up time grows by it"})
 	}
 	return ms, nil
+}
+
+// provisionMismatches runs a's Provision, which only verifies (CreateQueues off), and returns
+// what it found as mismatches. When the dead-letter queue dlq differed in its retention only,
+// dlqRetention is that queue's retention, so that the work queue can be checked as well.
+func provisionMismatches(ctx context.Context, a *Adapter, spec plan.Spec, dlq string) (ms []plan.Mismatch, dlqRetention time.Duration, err error) {
+	err = a.Provision(ctx, spec.Topic, spec.Policy)
+	var me *MismatchError
+	var ce *millrace.ConfigError
+	switch {
+	case errors.As(err, &me):
+		for _, m := range me.Mismatches {
+			pm := plan.Mismatch{Resource: "queue " + me.Queue, Setting: m.Attribute, Want: m.Want, Got: m.Got, Why: m.Why}
+			wantTarget, wantMax, _ := parseRedrive(m.Want)
+			if gotTarget, gotMax, ok := parseRedrive(m.Got); m.Attribute == attrRedrive && ok && gotTarget == wantTarget {
+				// Only the count differs: name it.
+				pm.Setting, pm.Want, pm.Got = attrRedrive+".maxReceiveCount", strconv.Itoa(wantMax), strconv.Itoa(gotMax)
+			}
+			ms = append(ms, pm)
+		}
+		if me.Queue == dlq && len(me.Mismatches) == 1 && me.Mismatches[0].Attribute == attrRetention {
+			if n, err := strconv.ParseInt(me.Mismatches[0].Got, 10, 64); err == nil && n > 0 {
+				dlqRetention = time.Duration(n) * time.Second
+			}
+		}
+		return ms, dlqRetention, nil
+	case errors.As(err, &ce):
+		res, setting := "topic "+spec.Topic, ce.Field
+		if rest, ok := strings.CutPrefix(ce.Field, "queue "); ok {
+			q, s, _ := strings.Cut(rest, " ")
+			res, setting = "queue "+q, s
+		}
+		wantValue := ""
+		if setting == attrRedrive+".maxReceiveCount" {
+			wantValue = strconv.Itoa(spec.Policy.MaxAttempts)
+		}
+		return []plan.Mismatch{{Resource: res, Setting: setting, Want: wantValue, Got: ce.Value, Why: ce.Rule}}, 0, nil
+	}
+	return nil, 0, err
 }

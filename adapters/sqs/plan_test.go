@@ -150,6 +150,16 @@ func TestPlanCheck(t *testing.T) {
 			if got["VisibilityTimeout"].Got != "30" || got["VisibilityTimeout"].Want != "60" || got["DelaySeconds"].Got != "5" || len(got) != 2 {
 				t.Fatalf("visibility 30 and delay 5: mismatches %+v", r.Brokers[0].Mismatches)
 			}
+			// The dead-letter queue's retention too: Provision stops at that queue, the check does not.
+			if _, err := a.Client().SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: aws.String(dlqURL),
+				Attributes: map[string]string{"MessageRetentionPeriod": "86400"}}); err != nil {
+				t.Fatal(err)
+			}
+			r = planOne(t, spec, raw, true)
+			if ms := r.Brokers[0].Mismatches; len(ms) != 3 || ms[0].Resource != "queue "+a.QueueName(a.DeadLetterTopic(topic)) ||
+				ms[0].Setting != "MessageRetentionPeriod" || ms[0].Got != "86400" || ms[1].Setting != "VisibilityTimeout" {
+				t.Fatalf("dead-letter retention, visibility and delay: mismatches %+v", ms)
+			}
 		})
 	}
 }
