@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/millrace/millrace/plan"
 )
 
@@ -104,22 +102,10 @@ func TestPlanUsage(t *testing.T) {
 	}
 }
 
-// planRoot is the command tree with the plan command, added here until app.go adds it.
-func planRoot(a *app) (*cobra.Command, bool) {
-	root := a.newRoot()
-	for _, c := range root.Commands() {
-		if c.Name() == "plan" {
-			return root, true
-		}
-	}
-	root.AddCommand(newPlanCommand(a))
-	return root, false
-}
-
 // planCommand runs `millrace plan args...` on the command tree and returns stdout and the error.
 func planCommand(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	root, _ := planRoot(newApp())
+	root := newApp().newRoot()
 	var out, errOut bytes.Buffer
 	root.SetArgs(append([]string{"plan"}, args...))
 	root.SetIn(strings.NewReader(""))
@@ -151,9 +137,6 @@ func TestPlanCommandFlags(t *testing.T) {
 
 // TestPlanExitStatus runs the whole command line: exit status, stdout and one line on stderr.
 func TestPlanExitStatus(t *testing.T) {
-	if _, wired := planRoot(newApp()); !wired {
-		t.Skip("app.go does not add newPlanCommand to the command tree yet")
-	}
 	run := func(args ...string) (string, string, int) {
 		var out, errOut bytes.Buffer
 		code := newApp().run(context.Background(), append([]string{"plan"}, args...), strings.NewReader(""), &out, &errOut)
