@@ -4,84 +4,76 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"os"
-	"strconv"
 	"strings"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
+	"time"
 
 	"github.com/millrace/millrace"
-	"github.com/millrace/millrace/adapters/kafka"
-	"github.com/millrace/millrace/adapters/sqs"
+	"github.com/millrace/millrace/brokerurl"
+
+	// The brokers this program runs on: each registers its URL schemes with brokerurl.
+	_ "github.com/millrace/millrace/adapters/kafka"
+	_ "github.com/millrace/millrace/adapters/sqs"
 )
 
-// NewAdapter connects to the broker that brokerURL names. This is the only place where Kafka
-// and SQS differ: switching is a change of NOTIFY_BROKER_URL, not of code.
+// NewAdapter opens the broker brokerURL names with brokerurl.OpenAdapter, the same URLs as the
+// millrace CLI's: switching brokers is a change of NOTIFY_BROKER_URL, not of code.
 //
 //	kafka://host:port[,host:port...][?group=notification&partitions=3]
+//	kafka://user:password@host:9093?sasl=scram-sha-512&tls=true[&tls_ca=/etc/kafka/ca.pem]
 //	sqs+http://host:port[?region=us-east-1&create=true]     a local endpoint (fauxqs, LocalStack,
 //	                                                       ElasticMQ), dummy credentials
-//	sqs+https://sqs.<region>.amazonaws.com[?create=false]  AWS, credentials from AWS_ACCESS_KEY_ID,
-//	                                                       AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN
+//	sqs+https://sqs.<region>.amazonaws.com[?create=false]  AWS, with the SDK's default
+//	                                                       credential chain (AWS_PROFILE, SSO,
+//	                                                       IRSA, ECS and EC2 roles, AWS_*)
 //
-// Timing is shared: the retry policy does not depend on the broker. On SQS the visibility
-// timeout must exceed the processing budget (the adapter refuses otherwise).
-func NewAdapter(brokerURL string, t Timing) (millrace.Adapter, error) {
+// The parameters each driver takes are in the adapters' documentation (adapters/kafka and
+// adapters/sqs, urlDriver); a parameter a driver does not know is an error naming it.
+//
+// Timing is shared: the retry policy does not depend on the broker. What of it a broker needs
+// at open is added to the URL as parameters when the URL does not set them (see withTiming):
+// on SQS the visibility timeout (Timing.Visibility) and the processing budget (Timing.Budget,
+// which the adapter checks against the visibility timeout); on Kafka the consumer group
+// "notification" and 3 partitions for a topic Provision creates.
+func NewAdapter(ctx context.Context, brokerURL string, t Timing) (millrace.Adapter, error) {
+	withT, err := withTiming(brokerURL, t)
+	if err != nil {
+		return nil, err
+	}
+	return brokerurl.OpenAdapter(ctx, withT, brokerurl.Options{Logger: t.Logger})
+}
+
+// withTiming returns brokerURL with the parameters its broker takes from t (and the example's
+// Kafka defaults) added where the URL does not set them. processing_budget is always
+// t.Budget, the budget the router enforces: a URL that sets another one is refused, since the
+// adapter would check a budget the handlers do not run under.
+func withTiming(brokerURL string, t Timing) (string, error) {
 	u, err := url.Parse(brokerURL)
 	if err != nil {
-		return nil, fmt.Errorf("broker URL %q: %w", brokerURL, err)
+		return "", fmt.Errorf("broker URL %q is not a URL", brokerurl.Redact(brokerURL))
 	}
 	q := u.Query()
-	switch u.Scheme {
+	setDefault := func(name, value string) {
+		if !q.Has(name) {
+			q.Set(name, value)
+		}
+	}
+	switch strings.ToLower(u.Scheme) {
 	case "kafka":
-		partitions, err := intParam(q, "partitions", 3) // push.requested has 3 partitions
-		if err != nil {
-			return nil, err
-		}
-		return kafka.New(kafka.Config{
-			Brokers:       strings.Split(u.Host, ","),
-			ConsumerGroup: stringParam(q, "group", "notification"),
-			Partitions:    int32(partitions),
-			Logger:        t.Logger,
-		})
+		setDefault("group", "notification")
+		setDefault("partitions", "3") // push.requested has 3 partitions
 	case "sqs+http", "sqs+https":
-		create, err := strconv.ParseBool(stringParam(q, "create", strconv.FormatBool(u.Scheme == "sqs+http")))
-		if err != nil {
-			return nil, fmt.Errorf("broker URL parameter create: %w", err)
+		if v := q.Get("processing_budget"); v != "" {
+			if d, err := time.ParseDuration(v); err == nil && d == t.Budget {
+				q.Del("processing_budget")
+			}
 		}
-		cfg := sqs.Config{
-			Endpoint:          strings.TrimPrefix(u.Scheme, "sqs+") + "://" + u.Host,
-			Region:            stringParam(q, "region", "us-east-1"),
-			VisibilityTimeout: t.Visibility,
-			ProcessingBudget:  t.Budget,
-			CreateQueues:      create,
-			Logger:            t.Logger,
+		if v := q.Get("processing_budget"); v != "" {
+			return "", fmt.Errorf("broker URL %q: parameter processing_budget=%s differs from the consumer's budget %s (Timing.Budget, the router's): drop it from the URL",
+				brokerurl.Redact(brokerURL), v, t.Budget)
 		}
-		if id := os.Getenv("AWS_ACCESS_KEY_ID"); id != "" {
-			creds := aws.Credentials{AccessKeyID: id, SecretAccessKey: os.Getenv("AWS_SECRET_ACCESS_KEY"), SessionToken: os.Getenv("AWS_SESSION_TOKEN")}
-			cfg.AWSConfig = &aws.Config{Region: cfg.Region, Credentials: aws.CredentialsProviderFunc(
-				func(context.Context) (aws.Credentials, error) { return creds, nil })}
-		}
-		return sqs.New(cfg)
+		q.Set("processing_budget", t.Budget.String())
+		setDefault("visibility", t.Visibility.String())
 	}
-	return nil, fmt.Errorf("broker URL %q: unknown scheme %q (want kafka, sqs+http or sqs+https)", brokerURL, u.Scheme)
-}
-
-func stringParam(q url.Values, name, def string) string {
-	if v := q.Get(name); v != "" {
-		return v
-	}
-	return def
-}
-
-func intParam(q url.Values, name string, def int) (int, error) {
-	v := q.Get(name)
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, fmt.Errorf("broker URL parameter %s: %w", name, err)
-	}
-	return n, nil
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }

@@ -5,6 +5,10 @@
 //	NOTIFY_BROKER_URL=kafka://127.0.0.1:19092        go run ./examples/kafka-to-sqs
 //	NOTIFY_BROKER_URL=sqs+http://127.0.0.1:19324     go run ./examples/kafka-to-sqs
 //
+// In production, e.g. kafka://user:password@b1:9093,b2:9093?sasl=scram-sha-512&tls=true or
+// sqs+https://sqs.eu-west-1.amazonaws.com (credentials from the AWS SDK's default chain); see
+// NewAdapter.
+//
 // Other settings: NOTIFY_TOPIC (default push.requested), NOTIFY_REDIS_ADDR (default
 // 127.0.0.1:6379). The directory and push provider are stand-ins that log what they would do.
 package main
@@ -20,6 +24,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/millrace/millrace/brokerurl"
 	"github.com/millrace/millrace/idempotency"
 )
 
@@ -41,7 +46,7 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	topic := getenv("NOTIFY_TOPIC", "push.requested")
 	timing := ProductionTiming(logger)
 
-	adapter, err := NewAdapter(brokerURL, timing)
+	adapter, err := NewAdapter(ctx, brokerURL, timing)
 	if err != nil {
 		return err
 	}
@@ -59,7 +64,7 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	logger.Info("notification consumer running", "broker", brokerURL, "topic", topic)
+	logger.Info("notification consumer running", "broker", brokerurl.Redact(brokerURL), "topic", topic)
 	return c.Run(ctx)
 }
 

@@ -180,7 +180,7 @@ func runScenarios(t *testing.T, brokerURL string, rdb *redis.Client) map[string]
 	run := fmt.Sprintf("parity-%08x", rand.Uint32())
 	timing := parityTiming()
 	timing.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	adapter, err := NewAdapter(brokerURL, timing)
+	adapter, err := NewAdapter(context.Background(), brokerURL, timing)
 	if err != nil {
 		t.Fatalf("NewAdapter(%s): %v", brokerURL, err)
 	}
