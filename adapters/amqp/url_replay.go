@@ -78,6 +78,7 @@ func (b *urlBroker) PublishNative(ctx context.Context, topic string, rec deadlet
 		return err
 	}
 	returns := ch.NotifyReturn(make(chan amqp091.Return, 1))
+	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
 	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, topic, key, true, false, pub)
 	if err != nil {
 		return err
@@ -87,6 +88,16 @@ func (b *urlBroker) PublishNative(ctx context.Context, topic string, rec deadlet
 		return err
 	}
 	if !acked {
+		// A channel the broker closed (a missing exchange: 404 NOT_FOUND) also ends the wait
+		// unacknowledged; amqp091 sends its reason before it ends the wait, so it is here.
+		select {
+		case cerr, ok := <-closed:
+			if ok && cerr != nil {
+				return fmt.Errorf("publish to exchange %q: %w", topic, cerr)
+			}
+			return fmt.Errorf("publish to exchange %q: the channel closed before the broker confirmed", topic)
+		default:
+		}
 		return fmt.Errorf("the broker refused (nacked) the message for %s", topic)
 	}
 	select { // a return comes before the ack of the same message

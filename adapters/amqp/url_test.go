@@ -296,3 +296,28 @@ func TestURLUnreachable(t *testing.T) {
 		t.Log(err)
 	}
 }
+
+// A replay to a topic whose exchange does not exist names the exchange and the broker's
+// reason; one whose exchange routes nowhere says it is unroutable.
+func TestURLPublishNativeErrors(t *testing.T) {
+	b := openTestBroker(t, "").(*urlBroker)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	name := uniqueName(t)
+	err := b.PublishNative(ctx, name, deadletter.Record{UUID: "u1", Payload: []byte("p")})
+	if err == nil || !strings.Contains(err.Error(), `exchange "`+name+`"`) || !strings.Contains(err.Error(), "NOT_FOUND") {
+		t.Errorf("missing exchange: err = %v, want it named with the broker's NOT_FOUND", err)
+	}
+	ch, err := b.conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.ExchangeDeclare(name, "topic", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	err = b.PublishNative(ctx, name, deadletter.Record{UUID: "u2", Payload: []byte("p"), OriginalKey: "k"})
+	if err == nil || !strings.Contains(err.Error(), "unroutable") || !strings.Contains(err.Error(), `key "k"`) {
+		t.Errorf("exchange without queue: err = %v, want unroutable", err)
+	}
+}
