@@ -139,8 +139,9 @@ func planConfig(cfg Config, cfgErr error, spec plan.Spec) plan.BrokerPlan {
 	return bp
 }
 
-// Check compares the topic's retry and dead-letter topics with the plan: that each exists, and
-// its retention.ms (DescribeConfigs).
+// Check compares the topic's retry and dead-letter topics with the plan: that each exists, its
+// retention.ms (DescribeConfigs), and its max.message.bytes against the adapter's own sizing of
+// the source topic (what Provision would raise it to).
 func (b *urlBroker) Check(ctx context.Context, spec plan.Spec, want plan.BrokerPlan) ([]plan.Mismatch, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -196,6 +197,35 @@ func (b *urlBroker) Check(ctx context.Context, spec plan.Spec, want plan.BrokerP
 		for _, c := range r.Configs {
 			if c.Name == retentionKey {
 				got[r.Name] = c.Value
+			}
+		}
+	}
+	// What Provision raises max.message.bytes of the retry and dead-letter topics to: the
+	// adapter's own sizing of the source topic's largest record.
+	var written []string
+	for _, w := range present {
+		written = append(written, w.name)
+	}
+	if ok, err := TopicExists(b.client, spec.Topic); err != nil {
+		return nil, err
+	} else if ok {
+		limits, err := b.a.topicMaxMessageBytes(admin, []string{spec.Topic})
+		if err != nil {
+			return nil, err
+		}
+		size, err := b.a.sizeFor(spec.Topic, limits[spec.Topic])
+		if err != nil {
+			return nil, err
+		}
+		have, err := b.a.topicMaxMessageBytes(admin, written)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range written {
+			if have[t] < size.topicLimit {
+				ms = append(ms, plan.Mismatch{Resource: "topic " + t, Setting: maxMessageBytesKey,
+					Want: ">= " + strconv.FormatInt(size.topicLimit, 10), Got: strconv.FormatInt(have[t], 10),
+					Why: "the largest retry or dead letter of " + spec.Topic + " would not fit; Provision raises it (it needs AlterConfigs on the topic)"})
 			}
 		}
 	}

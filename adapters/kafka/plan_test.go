@@ -92,7 +92,9 @@ func TestPlanCheck(t *testing.T) {
 	})
 	alter := func(name, value string) {
 		t.Helper()
-		if err := admin.AlterConfig(sarama.TopicResource, name, map[string]*string{"retention.ms": &value}, false); err != nil {
+		// Incremental: a plain AlterConfig resets every other setting (max.message.bytes too).
+		if err := admin.IncrementalAlterConfig(sarama.TopicResource, name, map[string]sarama.IncrementalAlterConfigsEntry{
+			"retention.ms": {Operation: sarama.IncrementalAlterConfigsOperationSet, Value: &value}}, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -104,6 +106,20 @@ func TestPlanCheck(t *testing.T) {
 		t.Fatalf("retry retention 30s: %+v", ms)
 	}
 	alter(topic+kafka.RetrySuffix, "604800000")
+	// max.message.bytes shrunk by hand below what the source topic's records need.
+	small := "1000"
+	if err := admin.IncrementalAlterConfig(sarama.TopicResource, topic+kafka.RetrySuffix, map[string]sarama.IncrementalAlterConfigsEntry{
+		"max.message.bytes": {Operation: sarama.IncrementalAlterConfigsOperationSet, Value: &small}}, false); err != nil {
+		t.Fatal(err)
+	}
+	r = planKafka(t, spec, raw, true)
+	ms = r.Brokers[0].Mismatches
+	if r.OK || len(ms) != 1 || ms[0].Setting != "max.message.bytes" || ms[0].Got != "1000" || ms[0].Resource != "topic "+topic+".retry" {
+		t.Fatalf("max.message.bytes 1000: %+v", ms)
+	}
+	if err := a.Provision(ctx, topic, spec.Policy); err != nil { // raises it again
+		t.Fatal(err)
+	}
 	alter(topic+kafka.DeadLetterSuffix, "604800000")
 	r = planKafka(t, spec, raw, true)
 	ms = r.Brokers[0].Mismatches
