@@ -23,7 +23,7 @@ func init() { brokerurl.Register(urlDriver{}) }
 // urlDriver opens redis:// and rediss:// URLs:
 //
 //	redis://[user:password@]host:port/db?group=G[&consumer=C&window=64&processing_budget=30s
-//	        &min_idle=30s&reclaim_interval=1s&max_len=0][&go-redis options such as dial_timeout]
+//	        &min_idle=30s&reclaim_interval=1s&max_len=0&dlq_suffix=.dlq][&go-redis options such as dial_timeout]
 //
 // The parameters besides go-redis's own (redis.ParseURL) set the Config field of the same
 // meaning; group is required unless the broker is opened with Options.NoConsume.
@@ -69,6 +69,11 @@ func configFromURL(u *url.URL, opts brokerurl.Options) (Config, error) {
 		ReclaimInterval:  p.Duration("reclaim_interval", 0),
 		MaxLen:           int64(p.Int("max_len", 0)),
 		Logger:           opts.LoggerOrDiscard(),
+	}
+	if suffix := p.String("dlq_suffix", ""); suffix != "" {
+		cfg.DeadLetterStream = func(stream string) string { return stream + suffix }
+	} else if p.Has("dlq_suffix") {
+		return Config{}, &brokerurl.ParameterError{Scheme: scheme, Name: "dlq_suffix", Rule: "must not be empty (the default is .dlq)"}
 	}
 	rest := p.Pass("go-redis", goRedisParams...)
 	if err := p.Done(); err != nil {
@@ -168,14 +173,15 @@ func (b *urlBroker) DeadLetters(ctx context.Context, dlq string) (deadletter.Sto
 	return nil, &deadletter.DestinationNotFoundError{Kind: "stream", Name: dlq, Hint: "the key is a " + typ + ", not a stream"}
 }
 
-// DeadLetterDestinations lists the streams named like the adapter's default dead-letter streams
-// (<stream>.dlq) with their lengths, scanning every master of a cluster. Streams named by a
-// custom Config.DeadLetterStream are not found.
+// DeadLetterDestinations lists the streams named like the adapter's dead-letter streams
+// (<stream><dlq_suffix>, by default <stream>.dlq) with their lengths, scanning every master of a
+// cluster. Keys so named that are not streams are left out.
 func (b *urlBroker) DeadLetterDestinations(ctx context.Context) ([]brokerurl.Destination, error) {
+	suffix := b.a.DeadLetterTopic("") // the URL driver names dead-letter streams stream + suffix
 	var (
 		names []string
 		scan  = func(ctx context.Context, c *redis.Client) error {
-			it := c.ScanType(ctx, 0, "*"+DefaultDeadLetterSuffix, 1000, "stream").Iterator()
+			it := c.ScanType(ctx, 0, "*"+escapeGlob(suffix), 1000, "stream").Iterator()
 			for it.Next(ctx) {
 				names = append(names, it.Val())
 			}
@@ -207,9 +213,21 @@ func (b *urlBroker) DeadLetterDestinations(ctx context.Context) ([]brokerurl.Des
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, brokerurl.Destination{Name: n, Topic: strings.TrimSuffix(n, DefaultDeadLetterSuffix), Depth: depth})
+		out = append(out, brokerurl.Destination{Name: n, Topic: strings.TrimSuffix(n, suffix), Depth: depth})
 	}
 	return out, nil
+}
+
+// escapeGlob escapes the characters of s that a Redis MATCH pattern gives a meaning.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\^-`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // PrepareReplay needs nothing on Redis: a replay is appended to the stream as it is.

@@ -54,6 +54,7 @@ func TestURLParams(t *testing.T) {
 		{"min_idle=2m", func(c Config) bool { return c.MinIdle == 2*time.Minute }},
 		{"reclaim_interval=250ms", func(c Config) bool { return c.ReclaimInterval == 250*time.Millisecond }},
 		{"max_len=10000", func(c Config) bool { return c.MaxLen == 10000 }},
+		{"dlq_suffix=.dead", func(c Config) bool { return c.DeadLetterStream != nil && c.DeadLetterStream("s") == "s.dead" }},
 	} {
 		t.Run(tc.query, func(t *testing.T) {
 			q := tc.query
@@ -116,7 +117,7 @@ func TestURLUnknownParameter(t *testing.T) {
 	}
 	msg := err.Error()
 	t.Log(msg)
-	want := `redis:// does not take foo (it takes consumer, group, max_len, min_idle, processing_budget, reclaim_interval, window; and go-redis's client_name, `
+	want := `redis:// does not take foo (it takes consumer, dlq_suffix, group, max_len, min_idle, processing_budget, reclaim_interval, window; and go-redis's client_name, `
 	if !strings.HasPrefix(msg, want) {
 		t.Errorf("message\n%s\nwant it to start\n%s", msg, want)
 	}
@@ -140,6 +141,7 @@ func TestURLBadValues(t *testing.T) {
 		{"group=g&dial_timeout=soon", `invalid dial_timeout duration`},
 		{"group=g&skip_verify=true", `redis:// parameter skip_verify="true" applies to rediss:// (TLS) only`},
 		{"group=g&processing_budget=10s&min_idle=5s", `MinIdle`},
+		{"group=g&dlq_suffix=", `redis:// parameter dlq_suffix="" must not be empty`},
 	} {
 		_, err := configFromURL(mustURL(t, "redis://127.0.0.1:6379?"+tc.query), brokerurl.Options{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -313,5 +315,33 @@ func TestURLDeadLetterDestinations(t *testing.T) {
 	}
 	if !slices.IsSortedFunc(all, func(a, b brokerurl.Destination) int { return strings.Compare(a.Name, b.Name) }) {
 		t.Error("destinations are not sorted by name")
+	}
+
+	// With dlq_suffix, streams so named; the suffix is matched literally, not as a pattern.
+	custom := []string{prefix + ".c.d*", prefix + ".d.dxx"}
+	t.Cleanup(func() { c.Del(context.Background(), custom...) })
+	for _, k := range custom {
+		if err := c.XAdd(ctx, &redis.XAddArgs{Stream: k, Values: []string{"k", "v"}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b2, err := brokerurl.OpenBroker(ctx, testBrokerURL(t, "dlq_suffix="+url.QueryEscape(".d*")), brokerurl.Options{NoConsume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	all, err = b2.DeadLetterDestinations(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = nil
+	for _, d := range all {
+		if strings.HasPrefix(d.Name, prefix) {
+			got = append(got, d)
+		}
+	}
+	want = []brokerurl.Destination{{Name: prefix + ".c.d*", Topic: prefix + ".c", Depth: 1}}
+	if !slices.Equal(got, want) {
+		t.Errorf("dlq_suffix=.d*: destinations\n%+v\nwant\n%+v", got, want)
 	}
 }
