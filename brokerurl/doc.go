@@ -2,7 +2,8 @@
 // for users' code, the examples and the millrace CLI:
 //
 //	redis://[user:password@]host:port/db?group=G        rediss:// for TLS
-//	amqp://user:password@host:port/vhost                 amqps:// for TLS
+//	amqp://user:password@host:port/vhost                 amqps:// for TLS; ?management=URL
+//	                                                     is the management API that lists DLQs
 //	kafka://host:port[,host:port...]?group=G[&tls=true&sasl=scram-sha-512...]
 //	sqs+https://sqs.<region>.amazonaws.com               sqs+http://host:port for a local endpoint
 //	postgres://...                                       the table store (dead letters only)
@@ -17,5 +18,8 @@
 // This follows gocloud.dev's URL openers: the default Mux is the one piece of package state, it
 // is written only by the adapters' init functions, and a program that wants no global state
 // builds its own Mux with NewMux and Register. A parameter a driver does not know is an error
-// that names it: a typo never silently falls back to a default.
+// that names it (an *UnknownParameterError, with the parameters the scheme takes and a guess
+// at the one meant), and a bad value is a *ParameterError naming the rule: a typo never silently
+// falls back to a default. The broker client's own URL options (go-redis's dial_timeout,
+// amqp091's heartbeat) are passed on to it by name.
 package brokerurl
