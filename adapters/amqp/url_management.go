@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
 	"github.com/millrace/millrace/brokerurl"
 )
 
@@ -23,37 +25,53 @@ const managementTimeout = 10 * time.Second
 // AMQP 0-9-1 cannot list queues, so the names come from RabbitMQ's management API (the
 // rabbitmq_management plugin; the URL parameter management says where it is); a depth is the
 // count of ready messages a passive declare returns, which is current, where the API's counts
-// lag by up to its statistics interval (5 s by default). A queue deleted between the two is left
-// out.
+// lag by up to its statistics interval (5 s by default). A queue the broker will not declare
+// passively (another connection's exclusive queue) gets the API's count, marked Approximate; a
+// queue deleted between the two is left out.
 func (b *urlBroker) DeadLetterDestinations(ctx context.Context) ([]brokerurl.Destination, error) {
-	names, err := b.listQueues(ctx)
+	queues, err := b.listQueues(ctx)
 	if err != nil {
 		return nil, err
 	}
 	suffix := b.a.cfg.DeadLetterSuffix
-	slices.Sort(names)
+	slices.SortFunc(queues, func(x, y managedQueue) int { return strings.Compare(x.Name, y.Name) })
 	out := []brokerurl.Destination{}
-	for _, n := range names {
-		if !strings.HasSuffix(n, suffix) || n == suffix {
+	for _, q := range queues {
+		if !strings.HasSuffix(q.Name, suffix) || q.Name == suffix {
 			continue
 		}
-		depth, ok, err := b.queueDepth(n)
-		if err != nil {
-			return nil, fmt.Errorf("dead-letter queue %q: %w", n, err)
+		d := brokerurl.Destination{Name: q.Name, Topic: strings.TrimSuffix(q.Name, suffix)}
+		depth, ok, err := b.queueDepth(q.Name)
+		var refused *amqp091.Error
+		switch {
+		case errors.As(err, &refused) && (refused.Code == amqp091.ResourceLocked || refused.Code == amqp091.AccessRefused):
+			d.Depth, d.Approximate = q.Messages, true
+		case err != nil:
+			return nil, fmt.Errorf("dead-letter queue %q: %w", q.Name, err)
+		case !ok:
+			continue
+		default:
+			d.Depth = int64(depth)
 		}
-		if ok {
-			out = append(out, brokerurl.Destination{Name: n, Topic: strings.TrimSuffix(n, suffix), Depth: int64(depth)})
-		}
+		out = append(out, d)
 	}
 	return out, nil
 }
 
-// listQueues returns the names of the queues of b.vhost, from the management API.
-func (b *urlBroker) listQueues(ctx context.Context) ([]string, error) {
+// managedQueue is a queue as the management API lists it.
+type managedQueue struct {
+	Name string `json:"name"`
+	// Messages is ready plus unacknowledged, as of the last statistics; absent (0) before the
+	// first.
+	Messages int64 `json:"messages"`
+}
+
+// listQueues returns the queues of b.vhost, from the management API.
+func (b *urlBroker) listQueues(ctx context.Context) ([]managedQueue, error) {
 	base := *b.management
 	base.User = nil // the credentials go in the Authorization header, never in a message
 	shown := base.String()
-	endpoint := shown + "/api/queues/" + url.PathEscape(b.vhost) + "?columns=name"
+	endpoint := shown + "/api/queues/" + url.PathEscape(b.vhost) + "?columns=name,messages"
 	ctx, cancel := context.WithTimeout(ctx, managementTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
@@ -82,15 +100,9 @@ func (b *urlBroker) listQueues(ctx context.Context) ([]string, error) {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
 		return nil, fmt.Errorf("list dead-letter queues: RabbitMQ's management API at %s answered %s: %s", shown, resp.Status, strings.Join(strings.Fields(string(body)), " "))
 	}
-	var queues []struct {
-		Name string `json:"name"`
-	}
+	var queues []managedQueue
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&queues); err != nil {
 		return nil, fmt.Errorf("list dead-letter queues: RabbitMQ's management API at %s: reading the queue list: %w", shown, err)
 	}
-	names := make([]string, len(queues))
-	for i, q := range queues {
-		names[i] = q.Name
-	}
-	return names, nil
+	return queues, nil
 }

@@ -250,6 +250,26 @@ func TestURLDeadLetterDestinations(t *testing.T) {
 	if got := ours(b); !slices.Equal(got, want) {
 		t.Errorf("destinations\n%+v\nwant\n%+v", got, want)
 	}
+	// Another connection's exclusive queue cannot be declared passively: it is listed with the
+	// management API's count, marked approximate.
+	conn, err := amqp091.Dial(testAMQPURL(t, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(prefix+".e.dlq", false, true, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := ours(b)
+	if len(got) != 3 || got[2].Name != prefix+".e.dlq" || !got[2].Approximate || got[2].Depth != 0 {
+		t.Errorf("with an exclusive queue: %+v, want it third, approximate, empty", got)
+	}
+	_ = conn.Close()
+
 	want = []brokerurl.Destination{{Name: prefix + ".c.dead", Topic: prefix + ".c", Depth: 4}}
 	if got := ours(openTestBroker(t, "dlq_suffix=.dead")); !slices.Equal(got, want) {
 		t.Errorf("dlq_suffix=.dead: destinations\n%+v\nwant\n%+v", got, want)
