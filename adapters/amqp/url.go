@@ -42,6 +42,7 @@ var (
 // clientParams are amqp091's own URI query parameters (https://www.rabbitmq.com/uri-query-parameters.html).
 var clientParams = []string{"heartbeat", "connection_timeout", "channel_max", "certfile", "keyfile", "cacertfile", "server_name_indication", "auth_mechanism"}
 
+// Schemes returns the schemes the driver opens.
 func (urlDriver) Schemes() []string { return []string{"amqp", "amqps"} }
 
 // SilenceClientLogs discards amqp091's process-wide log output.
@@ -49,6 +50,7 @@ func (urlDriver) SilenceClientLogs() { amqp091.SetLogger(discardAMQPLogger{}) }
 
 type discardAMQPLogger struct{}
 
+// Printf discards the message.
 func (discardAMQPLogger) Printf(string, ...any) {}
 
 // urlSettings is what an amqp:// URL says: the adapter's Config and what the broker's
@@ -162,6 +164,7 @@ func managementURL(amqpURL *url.URL, raw string) (*url.URL, error) {
 	return m, nil
 }
 
+// OpenAdapter opens the adapter u names; closing it releases everything it opened.
 func (urlDriver) OpenAdapter(ctx context.Context, u *url.URL, opts brokerurl.Options) (millrace.Adapter, error) {
 	cfg, err := configFromURL(u, opts)
 	if err != nil {
@@ -170,6 +173,7 @@ func (urlDriver) OpenAdapter(ctx context.Context, u *url.URL, opts brokerurl.Opt
 	return New(ctx, cfg)
 }
 
+// Open opens the broker u names, for publishing and operating its dead letters.
 func (urlDriver) Open(ctx context.Context, u *url.URL, opts brokerurl.Options) (brokerurl.Broker, error) {
 	s, err := settingsFromURL(u, opts)
 	if err != nil {
@@ -212,6 +216,7 @@ type urlBroker struct {
 
 var _ brokerurl.Broker = (*urlBroker)(nil)
 
+// Adapter returns the adapter on this connection.
 func (b *urlBroker) Adapter() millrace.Adapter { return b.a }
 
 // queueDepth passively declares queue: ok is false when it does not exist.
@@ -253,6 +258,7 @@ func (b *urlBroker) PrepareReplay(rec deadletter.Record, msg *message.Message) {
 	}
 }
 
+// Close closes the connection and the adapter.
 func (b *urlBroker) Close() error {
 	_ = b.conn.Close()
 	return b.a.Close()

@@ -45,6 +45,7 @@ var goRedisParams = []string{
 	"conn_max_lifetime_jitter", "skip_verify",
 }
 
+// Schemes returns the schemes the driver opens.
 func (urlDriver) Schemes() []string { return []string{"redis", "rediss"} }
 
 // SilenceClientLogs discards go-redis's process-wide log output (dial failures are printed
@@ -53,6 +54,7 @@ func (urlDriver) SilenceClientLogs() { redis.SetLogger(discardRedisLogger{}) }
 
 type discardRedisLogger struct{}
 
+// Printf discards the message.
 func (discardRedisLogger) Printf(context.Context, string, ...any) {}
 
 // configFromURL builds the adapter's Config from u without connecting. The Redis connection
@@ -99,6 +101,7 @@ func configFromURL(u *url.URL, opts brokerurl.Options) (Config, error) {
 	return cfg, cfg.Validate()
 }
 
+// OpenAdapter opens the adapter u names; closing it releases everything it opened.
 func (urlDriver) OpenAdapter(ctx context.Context, u *url.URL, opts brokerurl.Options) (millrace.Adapter, error) {
 	return openURL(ctx, u, opts)
 }
@@ -120,6 +123,7 @@ func openURL(ctx context.Context, u *url.URL, opts brokerurl.Options) (*Adapter,
 	return a, nil
 }
 
+// Open opens the broker u names, for publishing and operating its dead letters.
 func (urlDriver) Open(ctx context.Context, u *url.URL, opts brokerurl.Options) (brokerurl.Broker, error) {
 	a, err := openURL(ctx, u, opts)
 	if err != nil {
@@ -137,6 +141,7 @@ var (
 	_ deadletter.NativePublisher = (*urlBroker)(nil)
 )
 
+// Adapter returns the adapter on this connection.
 func (b *urlBroker) Adapter() millrace.Adapter { return b.a }
 
 // PublishNative re-publishes a dead letter's Native content (a Redis entry that was not a
@@ -233,4 +238,5 @@ func escapeGlob(s string) string {
 // PrepareReplay needs nothing on Redis: a replay is appended to the stream as it is.
 func (b *urlBroker) PrepareReplay(deadletter.Record, *message.Message) {}
 
+// Close closes the connection and the adapter.
 func (b *urlBroker) Close() error { return b.a.Close() }
