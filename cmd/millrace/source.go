@@ -30,7 +30,7 @@ func (a *app) openStore(ctx context.Context, src sourceFlags, topic string) (dea
 		Topic: topic, DeadLetterTopic: src.dlqTopic, Table: src.table, Schema: src.schema,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("--store %s: %w", brokerurl.Redact(src.store), usageIfURL(err))
+		return nil, nil, naming("--store", src.store, usageIfURL(err))
 	}
 	return s, func() { _ = s.Close() }, nil
 }
@@ -39,9 +39,19 @@ func (a *app) openStore(ctx context.Context, src sourceFlags, topic string) (dea
 func (a *app) openBroker(ctx context.Context, rawURL string) (brokerurl.Broker, error) {
 	b, err := a.mux.OpenBroker(ctx, rawURL, brokerurl.Options{NoConsume: true})
 	if err != nil {
-		return nil, fmt.Errorf("broker %s: %w", brokerurl.Redact(rawURL), usageIfURL(err))
+		return nil, naming("broker", rawURL, usageIfURL(err))
 	}
 	return b, nil
+}
+
+// naming prefixes err with what and the redacted URL, unless err names the URL already (a
+// driver's "connect to <URL>"): a message says the URL once.
+func naming(what, rawURL string, err error) error {
+	r := brokerurl.Redact(rawURL)
+	if strings.Contains(err.Error(), r) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return fmt.Errorf("%s %s: %w", what, r, err)
 }
 
 // usageIfURL marks a URL the user got wrong (scheme, parameters) as bad usage (exit status 2).
