@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -38,7 +40,8 @@ func init() { brokerurl.Register(urlDriver{}) }
 //	transactional_id_prefix=P      TransactionalIDPrefix
 //	partitions=N                   Partitions (of a source topic Provision creates)
 //	replication_factor=N           ReplicationFactor (of the topics Provision creates)
-//	version=3.6.0                  Sarama.Version, the Kafka protocol version spoken
+//	version=3.6.0                  Sarama.Version, the Kafka protocol version spoken (at
+//	                               least 2.5.0 unless at_least_once=true)
 //	tls=true                       Sarama.Net.TLS.Enable (implied by every tls_ parameter)
 //	tls_ca=/path/ca.pem            the CAs trusted instead of the system's (PEM file)
 //	tls_cert=/path/client.pem      a client certificate (PEM file), with tls_key
@@ -57,6 +60,7 @@ type urlDriver struct{}
 
 var _ brokerurl.Driver = urlDriver{}
 
+// Schemes returns "kafka".
 func (urlDriver) Schemes() []string { return []string{"kafka"} }
 
 // tlsFiles are the files a kafka:// URL names for TLS, read when the broker is opened.
@@ -120,24 +124,27 @@ func parseURL(u *url.URL, opts brokerurl.Options) (Config, tlsFiles, error) {
 	bad := func(format string, a ...any) (Config, tlsFiles, error) {
 		return Config{}, tlsFiles{}, fmt.Errorf("%w: kafka:// "+format, append([]any{brokerurl.ErrInvalidURL}, a...)...)
 	}
+	badParam := func(name, value, rule string) (Config, tlsFiles, error) {
+		return Config{}, tlsFiles{}, &brokerurl.ParameterError{Scheme: "kafka", Name: name, Value: value, Rule: rule}
+	}
 	if u.Host == "" {
 		return bad("needs at least one broker, as kafka://host:port[,host:port...]")
 	}
 	if replication > math.MaxInt16 {
-		return bad("parameter replication_factor=%d must be at most %d", replication, math.MaxInt16)
+		return badParam("replication_factor", strconv.Itoa(replication), "must be at most "+strconv.Itoa(math.MaxInt16))
 	}
 	if partitions > math.MaxInt32 {
-		return bad("parameter partitions=%d must be at most %d", partitions, math.MaxInt32)
+		return badParam("partitions", strconv.Itoa(partitions), "must be at most "+strconv.Itoa(math.MaxInt32))
 	}
 	cfg.Partitions, cfg.ReplicationFactor = int32(partitions), int16(replication)
 	if tlsOn && !tlsEnable && tlsParams {
-		return bad("parameter tls=false contradicts the tls_ parameters given: drop tls=false, or them")
+		return badParam("tls", "false", "contradicts the tls_ parameters given: drop tls=false, or them")
 	}
 	if (files.cert == "") != (files.key == "") {
 		if files.cert == "" {
-			return bad("parameter tls_key needs tls_cert, the client certificate it is the key of")
+			return badParam("tls_key", files.key, "needs tls_cert, the client certificate it is the key of")
 		}
-		return bad("parameter tls_cert needs tls_key, the certificate's private key")
+		return badParam("tls_cert", files.cert, "needs tls_key, the certificate's private key")
 	}
 	user, password, hasUserinfo := "", "", u.User != nil
 	if hasUserinfo {
@@ -148,7 +155,7 @@ func parseURL(u *url.URL, opts brokerurl.Options) (Config, tlsFiles, error) {
 	case mechanism == "" && hasUserinfo:
 		return bad("has a user in the URL but no parameter sasl: add sasl=plain, sasl=scram-sha-256 or sasl=scram-sha-512 (the user and password are for SASL)")
 	case mechanism != "" && (user == "" || password == ""):
-		return bad("parameter sasl=%s needs the user and password in the URL, as kafka://user:password@host:port (percent-encoded)", mechanism)
+		return badParam("sasl", mechanism, "needs the user and password in the URL, as kafka://user:password@host:port (percent-encoded)")
 	}
 
 	if version != "" || tlsEnable || tlsParams || mechanism != "" {
@@ -158,7 +165,10 @@ func parseURL(u *url.URL, opts brokerurl.Options) (Config, tlsFiles, error) {
 		if version != "" {
 			v, err := sarama.ParseKafkaVersion(version)
 			if err != nil {
-				return bad("parameter version=%q must be a Kafka version such as 3.6.0", version)
+				return badParam("version", version, "must be a Kafka version such as 3.6.0")
+			}
+			if !cfg.AtLeastOnce && !v.IsAtLeast(sarama.V2_5_0_0) {
+				return badParam("version", version, "must be at least 2.5.0 for the adapter's transactions; add at_least_once=true for older brokers")
 			}
 			sc.Version = v
 		}
@@ -206,22 +216,31 @@ func (f tlsFiles) load(sc *sarama.Config) error {
 	if f.ca != "" {
 		pem, err := os.ReadFile(f.ca)
 		if err != nil {
-			return fmt.Errorf("%w: kafka:// parameter tls_ca: %w", brokerurl.ErrInvalidURL, err)
+			return &brokerurl.ParameterError{Scheme: "kafka", Name: "tls_ca", Value: f.ca, Rule: "must name a readable PEM file of CA certificates: " + readErr(err)}
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("%w: kafka:// parameter tls_ca=%q holds no PEM certificate", brokerurl.ErrInvalidURL, f.ca)
+			return &brokerurl.ParameterError{Scheme: "kafka", Name: "tls_ca", Value: f.ca, Rule: "holds no PEM certificate"}
 		}
 		tc.RootCAs = pool
 	}
 	if f.cert != "" {
 		pair, err := tls.LoadX509KeyPair(f.cert, f.key)
 		if err != nil {
-			return fmt.Errorf("%w: kafka:// parameters tls_cert=%q and tls_key=%q: %w", brokerurl.ErrInvalidURL, f.cert, f.key, err)
+			return &brokerurl.ParameterError{Scheme: "kafka", Name: "tls_cert", Value: f.cert,
+				Rule: "and tls_key=" + strconv.Quote(f.key) + " must name a PEM certificate and its private key: " + readErr(err)}
 		}
 		tc.Certificates = []tls.Certificate{pair}
 	}
 	return nil
+}
+
+// readErr is err's text without the operation Go's file errors begin with.
+func readErr(err error) string {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		return pe.Err.Error()
+	}
+	return err.Error()
 }
 
 // scramClient is the SCRAM conversation Sarama runs for SCRAM-SHA-256 and SCRAM-SHA-512, on
@@ -270,6 +289,8 @@ func connect(u *url.URL, cfg Config) (sarama.Client, error) {
 	return nil, fmt.Errorf("connect to %s: %w", where, err)
 }
 
+// OpenAdapter opens the adapter u names, after checking a broker answers (and the TLS and SASL
+// settings work).
 func (urlDriver) OpenAdapter(ctx context.Context, u *url.URL, opts brokerurl.Options) (millrace.Adapter, error) {
 	cfg, err := openConfig(u, opts)
 	if err != nil {
@@ -284,6 +305,8 @@ func (urlDriver) OpenAdapter(ctx context.Context, u *url.URL, opts brokerurl.Opt
 	return New(cfg)
 }
 
+// Open opens the broker u names: a client for operations (with the adapter's TLS and SASL
+// settings) and the adapter.
 func (urlDriver) Open(ctx context.Context, u *url.URL, opts brokerurl.Options) (brokerurl.Broker, error) {
 	cfg, err := openConfig(u, opts)
 	if err != nil {
@@ -321,6 +344,7 @@ var (
 	_ deadletter.NativePublisher = (*urlBroker)(nil)
 )
 
+// Adapter returns the adapter on this connection.
 func (b *urlBroker) Adapter() millrace.Adapter { return b.a }
 
 // DeadLetterDestinations lists the topics named like the adapter's dead-letter topics
@@ -372,6 +396,7 @@ func (b *urlBroker) partitionKey(_ string, msg *message.Message) (string, error)
 	return k, nil
 }
 
+// PrepareReplay keys the replay of rec with its original record key.
 func (b *urlBroker) PrepareReplay(rec deadletter.Record, msg *message.Message) {
 	b.mu.Lock()
 	b.keys[msg.UUID] = rec.OriginalKey
@@ -431,12 +456,15 @@ func (b *urlBroker) TopicExists(_ context.Context, topic string) (bool, error) {
 	return TopicExists(b.client, topic)
 }
 
+// DeadLetterTopic names the dead-letter topic of topic, as the adapter does.
 func (b *urlBroker) DeadLetterTopic(topic string) string { return b.a.DeadLetterTopic(topic) }
 
+// DeadLetters returns the dead-letter topic dlq as a store, read through the broker's client.
 func (b *urlBroker) DeadLetters(_ context.Context, dlq string) (deadletter.Store, error) {
 	return NewDeadLetterStore(b.client, dlq, StoreConfig{})
 }
 
+// Close closes the adapter, the replay producer and the client.
 func (b *urlBroker) Close() error {
 	err := b.a.Close()
 	b.mu.Lock()

@@ -105,31 +105,39 @@ func TestURLParametersReachConfig(t *testing.T) {
 // TestURLRefusals: unknown parameters, a missing group and bad values are named.
 func TestURLRefusals(t *testing.T) {
 	for _, c := range []struct {
-		url  string
-		is   error
-		want []string
+		url   string
+		is    error
+		want  []string
+		param string // the *brokerurl.ParameterError's Name, when it is one
 	}{
-		{"kafka://h:9092?group=g&tsl=true&sasl_mech=plain", brokerurl.ErrUnknownParameter, []string{"sasl_mech, tsl", "tls"}},
-		{"kafka://h:9092", brokerurl.ErrInvalidURL, []string{"parameter group"}},
-		{"kafka://?group=g", brokerurl.ErrInvalidURL, []string{"at least one broker"}},
-		{"kafka://h:9092?group=g&at_least_once=maybe", brokerurl.ErrInvalidURL, []string{"at_least_once", "true or false"}},
-		{"kafka://h:9092?group=g&partitions=-1", brokerurl.ErrInvalidURL, []string{"partitions", "non-negative"}},
-		{"kafka://h:9092?group=g&partitions=4294967296", brokerurl.ErrInvalidURL, []string{"partitions", "at most"}},
-		{"kafka://h:9092?group=g&replication_factor=40000", brokerurl.ErrInvalidURL, []string{"replication_factor", "at most"}},
-		{"kafka://h:9092?group=g&version=banana", brokerurl.ErrInvalidURL, []string{"version", "Kafka version"}},
-		{"kafka://h:9092?group=g&version=2.0.0", millrace.ErrInvalidConfig, []string{"Sarama.Version", "2.5.0"}},
-		{"kafka://h:9092?group=g&tls=yes-please", brokerurl.ErrInvalidURL, []string{"tls", "true or false"}},
-		{"kafka://h:9092?group=g&tls_insecure_skip_verify=sure", brokerurl.ErrInvalidURL, []string{"tls_insecure_skip_verify"}},
-		{"kafka://h:9092?group=g&tls=false&tls_ca=/ca.pem", brokerurl.ErrInvalidURL, []string{"tls=false", "tls_"}},
-		{"kafka://h:9092?group=g&tls_cert=/c.pem", brokerurl.ErrInvalidURL, []string{"tls_cert needs tls_key"}},
-		{"kafka://h:9092?group=g&tls_key=/k.pem", brokerurl.ErrInvalidURL, []string{"tls_key needs tls_cert"}},
-		{"kafka://u:p@h:9092?group=g&sasl=gssapi", brokerurl.ErrInvalidURL, []string{"sasl", "plain, scram-sha-256, scram-sha-512"}},
-		{"kafka://h:9092?group=g&sasl=plain", brokerurl.ErrInvalidURL, []string{"sasl=plain needs the user and password"}},
-		{"kafka://u@h:9092?group=g&sasl=scram-sha-256", brokerurl.ErrInvalidURL, []string{"sasl=scram-sha-256 needs the user and password"}},
-		{"kafka://u:hunter2@h:9092?group=g", brokerurl.ErrInvalidURL, []string{"no parameter sasl"}},
-		{"kafka://h:9092?group=g&group=h", brokerurl.ErrInvalidURL, []string{"group", "more than once"}},
+		{"kafka://h:9092?group=g&tsl=true&sasl_mech=plain", brokerurl.ErrUnknownParameter, []string{"sasl_mech, tsl", "tls"}, ""},
+		{"kafka://h:9092", brokerurl.ErrInvalidURL, []string{"parameter group"}, ""},
+		{"kafka://?group=g", brokerurl.ErrInvalidURL, []string{"at least one broker"}, ""},
+		{"kafka://h:9092?group=g&at_least_once=maybe", brokerurl.ErrInvalidURL, []string{"true or false"}, "at_least_once"},
+		{"kafka://h:9092?group=g&partitions=-1", brokerurl.ErrInvalidURL, []string{"non-negative"}, "partitions"},
+		{"kafka://h:9092?group=g&partitions=4294967296", brokerurl.ErrInvalidURL, []string{"at most"}, "partitions"},
+		{"kafka://h:9092?group=g&replication_factor=40000", brokerurl.ErrInvalidURL, []string{"at most"}, "replication_factor"},
+		{"kafka://h:9092?group=g&version=banana", brokerurl.ErrInvalidURL, []string{"Kafka version"}, "version"},
+		{"kafka://h:9092?group=g&version=2.0.0", brokerurl.ErrInvalidURL, []string{"at least 2.5.0", "at_least_once=true"}, "version"},
+		{"kafka://h:9092?group=g&tls=yes-please", brokerurl.ErrInvalidURL, []string{"true or false"}, "tls"},
+		{"kafka://h:9092?group=g&tls_insecure_skip_verify=sure", brokerurl.ErrInvalidURL, []string{"true or false"}, "tls_insecure_skip_verify"},
+		{"kafka://h:9092?group=g&tls=false&tls_ca=/ca.pem", brokerurl.ErrInvalidURL, []string{"contradicts the tls_ parameters"}, "tls"},
+		{"kafka://h:9092?group=g&tls_cert=/c.pem", brokerurl.ErrInvalidURL, []string{"needs tls_key"}, "tls_cert"},
+		{"kafka://h:9092?group=g&tls_key=/k.pem", brokerurl.ErrInvalidURL, []string{"needs tls_cert"}, "tls_key"},
+		{"kafka://u:p@h:9092?group=g&sasl=gssapi", brokerurl.ErrInvalidURL, []string{"plain, scram-sha-256, scram-sha-512"}, "sasl"},
+		{"kafka://h:9092?group=g&sasl=plain", brokerurl.ErrInvalidURL, []string{"needs the user and password"}, "sasl"},
+		{"kafka://u@h:9092?group=g&sasl=scram-sha-256", brokerurl.ErrInvalidURL, []string{"needs the user and password"}, "sasl"},
+		{"kafka://h:9092?group=g&version=2.0.0&at_least_once=true", nil, nil, ""},
+		{"kafka://u:hunter2@h:9092?group=g", brokerurl.ErrInvalidURL, []string{"no parameter sasl"}, ""},
+		{"kafka://h:9092?group=g&group=h", brokerurl.ErrInvalidURL, []string{"more than once"}, "group"},
 	} {
 		_, err := configFromURL(mustParse(t, c.url), brokerurl.Options{})
+		if c.is == nil {
+			if err != nil {
+				t.Errorf("%s: %v", c.url, err)
+			}
+			continue
+		}
 		if !errors.Is(err, c.is) {
 			t.Errorf("%s: %v, want %v", c.url, err, c.is)
 			continue
@@ -138,6 +146,9 @@ func TestURLRefusals(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%s: %q does not say %q", c.url, err, w)
 			}
+		}
+		if pe, ok := errors.AsType[*brokerurl.ParameterError](err); c.param != "" && (!ok || pe.Name != c.param) {
+			t.Errorf("%s: %q is no ParameterError naming %s", c.url, err, c.param)
 		}
 		if strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("%s: %q shows the password", c.url, err)
@@ -161,13 +172,15 @@ func TestURLTLSFiles(t *testing.T) {
 	if _, err := configFromURL(mustParse(t, "kafka://h:9092?group=g&tls_ca="+missing), brokerurl.Options{}); err != nil {
 		t.Errorf("configFromURL read tls_ca: %v", err)
 	}
-	for q, want := range map[string]string{
-		"tls_ca=" + missing: "tls_ca",
-		"tls_ca=" + notPEM:  "holds no PEM certificate",
-		"tls_cert=" + pki.client + "&tls_key=" + notPEM: "tls_cert",
+	for _, c := range []struct{ q, param, want string }{
+		{"tls_ca=" + missing, "tls_ca", "no such file"},
+		{"tls_ca=" + notPEM, "tls_ca", "holds no PEM certificate"},
+		{"tls_cert=" + pki.client + "&tls_key=" + notPEM, "tls_cert", "private key"},
 	} {
-		if _, err := open(q); !errors.Is(err, brokerurl.ErrInvalidURL) || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: %v, want an error naming %s", q, err, want)
+		_, err := open(c.q)
+		pe, ok := errors.AsType[*brokerurl.ParameterError](err)
+		if !ok || pe.Name != c.param || !strings.Contains(err.Error(), c.want) || !errors.Is(err, brokerurl.ErrInvalidURL) {
+			t.Errorf("%s: %v, want a ParameterError naming %s that says %q", c.q, err, c.param, c.want)
 		}
 	}
 	cfg, err := open("tls_ca=" + pki.ca + "&tls_cert=" + pki.client + "&tls_key=" + pki.clientKey)

@@ -45,6 +45,7 @@ type urlDriver struct{}
 
 var _ brokerurl.Driver = urlDriver{}
 
+// Schemes returns "sqs+https" and "sqs+http".
 func (urlDriver) Schemes() []string { return []string{"sqs+https", "sqs+http"} }
 
 // configFromURL builds the adapter's Config from u without connecting or loading credentials.
@@ -141,10 +142,12 @@ func openURL(ctx context.Context, u *url.URL, opts brokerurl.Options) (*Adapter,
 	return a, nil
 }
 
+// OpenAdapter opens the adapter u names, after checking the endpoint answers (ListQueues).
 func (urlDriver) OpenAdapter(ctx context.Context, u *url.URL, opts brokerurl.Options) (millrace.Adapter, error) {
 	return openURL(ctx, u, opts)
 }
 
+// Open opens the broker u names: the adapter, whose client the operations use.
 func (urlDriver) Open(ctx context.Context, u *url.URL, opts brokerurl.Options) (brokerurl.Broker, error) {
 	a, err := openURL(ctx, u, opts)
 	if err != nil {
@@ -162,6 +165,7 @@ var (
 	_ deadletter.NativePublisher = (*urlBroker)(nil)
 )
 
+// Adapter returns the adapter on this connection.
 func (b *urlBroker) Adapter() millrace.Adapter { return b.a }
 
 // PrepareReplay needs nothing on SQS.
@@ -286,8 +290,11 @@ func (b *urlBroker) TopicExists(ctx context.Context, topic string) (bool, error)
 	return ok, err
 }
 
+// DeadLetters returns the dead-letter queue of dlq (a dead-letter topic or a queue name) as a
+// store.
 func (b *urlBroker) DeadLetters(ctx context.Context, dlq string) (deadletter.Store, error) {
 	return NewDeadLetterStore(ctx, b.a, dlq, StoreConfig{})
 }
 
+// Close closes the adapter.
 func (b *urlBroker) Close() error { return b.a.Close() }
