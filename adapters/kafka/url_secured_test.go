@@ -30,7 +30,7 @@ func urlTestLogger(t testing.TB) *slog.Logger {
 // and its broker build: Provision (cluster admin), Publish (producer), Subscribe (consumer
 // group, offset commits), a dead letter written in the partition's transaction (transactional
 // producer), and DeadLetterDestinations reading it back (the dead-letter store's client).
-func secureRoundTrip(t *testing.T, rawURL string) {
+func secureRoundTrip(t *testing.T, rawURL string) (topic string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -40,7 +40,7 @@ func secureRoundTrip(t *testing.T, rawURL string) {
 	}
 	defer b.Close()
 	a := b.Adapter()
-	topic := fmt.Sprintf("secured.%08x", rand.Uint32())
+	topic = fmt.Sprintf("secured.%08x", rand.Uint32())
 	if err := a.Provision(ctx, topic, millrace.RetryPolicy{MaxAttempts: 2, Backoff: millrace.Fixed(time.Second)}); err != nil {
 		t.Fatalf("Provision: %v", err)
 	}
@@ -82,12 +82,13 @@ func secureRoundTrip(t *testing.T, rawURL string) {
 			}
 		}
 		if fmt.Sprint(mine) == fmt.Sprint(want) {
-			return
+			return topic
 		}
 		dests = mine
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("DeadLetterDestinations: %+v, want %+v", dests, want)
+	return ""
 }
 
 // saslUsers are the superusers of the SASL cluster; the passwords need percent-encoding.
