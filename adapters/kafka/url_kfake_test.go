@@ -11,14 +11,17 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"fmt"
 	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -97,47 +100,64 @@ var (
 	securedBrokerErr  error
 )
 
-// buildSecuredBroker builds the child program once, with tools/kfakebroker's pinned modules.
+// buildSecuredBroker builds the child program once per test binary, with tools/kfakebroker's
+// pinned modules, into a directory of the system's temporary directory named by a hash of its
+// source and pins: later test runs reuse the binary, and nothing is left per run.
 func buildSecuredBroker() (string, error) {
 	securedBrokerOnce.Do(func() {
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			securedBrokerErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "millrace-kfake-secured-")
-		if err != nil {
-			securedBrokerErr = err
-			return
-		}
-		mod, err := os.ReadFile("../../tools/kfakebroker/go.mod")
-		if err != nil {
-			securedBrokerErr = err
-			return
-		}
-		sum, err := os.ReadFile("../../tools/kfakebroker/go.sum")
-		if err != nil {
-			securedBrokerErr = err
-			return
-		}
-		mod = []byte(strings.Replace(string(mod), "module github.com/millrace/millrace/tools/kfakebroker", "module securedbroker", 1))
-		for name, data := range map[string][]byte{"go.mod": mod, "go.sum": sum, "main.go": []byte(securedBrokerSource)} {
-			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-				securedBrokerErr = err
-				return
-			}
-		}
-		bin := filepath.Join(dir, "securedbroker")
-		cmd := exec.Command(goTool, "build", "-mod=readonly", "-buildvcs=false", "-o", bin, ".")
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=", "GOTOOLCHAIN=local")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			securedBrokerErr = fmt.Errorf("build the kfake child program in %s: %v\n%s", dir, err, out)
-			return
-		}
-		securedBrokerBin = bin
+		securedBrokerBin, securedBrokerErr = buildSecuredBrokerOnce()
 	})
 	return securedBrokerBin, securedBrokerErr
+}
+
+func buildSecuredBrokerOnce() (string, error) {
+	mod, err := os.ReadFile("../../tools/kfakebroker/go.mod")
+	if err != nil {
+		return "", err
+	}
+	sum, err := os.ReadFile("../../tools/kfakebroker/go.sum")
+	if err != nil {
+		return "", err
+	}
+	mod = []byte(strings.Replace(string(mod), "module github.com/millrace/millrace/tools/kfakebroker", "module securedbroker", 1))
+	h := sha256.New()
+	for _, b := range [][]byte{mod, sum, []byte(securedBrokerSource), []byte(runtime.Version())} {
+		h.Write(b)
+		h.Write([]byte{0})
+	}
+	home := filepath.Join(os.TempDir(), "millrace-kfake-secured-"+hex.EncodeToString(h.Sum(nil))[:16])
+	bin := filepath.Join(home, "securedbroker")
+	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
+		return bin, nil
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		return "", err
+	}
+	src, err := os.MkdirTemp(home, "build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(src)
+	for name, data := range map[string][]byte{"go.mod": mod, "go.sum": sum, "main.go": []byte(securedBrokerSource)} {
+		if err := os.WriteFile(filepath.Join(src, name), data, 0o644); err != nil {
+			return "", err
+		}
+	}
+	cmd := exec.Command(goTool, "build", "-mod=readonly", "-buildvcs=false", "-o", filepath.Join(src, "securedbroker"), ".")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=", "GOTOOLCHAIN=local")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the kfake child program in %s: %v\n%s", src, err, out)
+	}
+	// Renamed into place whole: a concurrent test run sees no binary or a complete one.
+	if err := os.Rename(filepath.Join(src, "securedbroker"), bin); err != nil {
+		return "", err
+	}
+	return bin, nil
 }
 
 // securedCluster starts a kfake cluster with args (see securedBrokerSource) and returns its
