@@ -182,7 +182,7 @@ func TestCLIBadInputKafka(t *testing.T) {
 		name, want string
 		args       []string
 	}{
-		{"unreachable kafka", "broker kafka://127.0.0.1:1", []string{"dlq", "replay", id, "--reset-history", "--broker", "kafka://127.0.0.1:1"}},
+		{"unreachable kafka", "broker: connect to kafka://127.0.0.1:1", []string{"dlq", "replay", id, "--reset-history", "--broker", "kafka://127.0.0.1:1"}},
 		{"missing kafka dlq", `dead-letter topic "` + missing + `.dlq" does not exist`, []string{"dlq", "list", "--store", cliStoreURL(t), "--topic", missing}},
 	}
 	for _, tc := range cases {

@@ -186,7 +186,7 @@ func TestCLIBadInputSQS(t *testing.T) {
 		name, want string
 		args       []string
 	}{
-		{"unreachable sqs", "broker sqs+http://127.0.0.1:1", []string{"dlq", "replay", id, "--reset-history", "--broker", "sqs+http://127.0.0.1:1"}},
+		{"unreachable sqs", "broker: connect to sqs+http://127.0.0.1:1", []string{"dlq", "replay", id, "--reset-history", "--broker", "sqs+http://127.0.0.1:1"}},
 		{"missing sqs dlq", `dead-letter queue "` + strings.ReplaceAll(missing, ".", "-") + `-dlq" does not exist`, []string{"dlq", "list", "--store", cliStoreURL(t), "--topic", missing}},
 	}
 	for _, tc := range cases {
