@@ -160,11 +160,7 @@ func (m *Mux) SilenceClientLogs() {
 func parse(rawURL string) (*url.URL, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		var ue *url.Error // its message holds the whole URL, password included
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidURL, Redact(rawURL), err)
+		return nil, fmt.Errorf("%w: %s: %s", ErrInvalidURL, Redact(rawURL), parseProblem(rawURL, err))
 	}
 	if u.Scheme == "" {
 		return nil, fmt.Errorf("%w: %s has no scheme (such as kafka:// or redis://)", ErrInvalidURL, Redact(rawURL))
@@ -308,27 +304,4 @@ func OpenAdapter(ctx context.Context, rawURL string, opts Options) (millrace.Ada
 // OpenStore opens rawURL's dead-letter store through the default Mux.
 func OpenStore(ctx context.Context, rawURL string, opts StoreOptions) (deadletter.Store, error) {
 	return defaultMux.OpenStore(ctx, rawURL, opts)
-}
-
-// Redact hides a URL's password, for messages and logs, as url.URL.Redacted does; a URL that
-// does not parse has everything between "://" and the last "@" before the path replaced.
-func Redact(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Redacted()
-	}
-	_, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return raw
-	}
-	auth, _, _ := strings.Cut(rest, "/")
-	at := strings.LastIndex(auth, "@")
-	if at < 0 {
-		return raw
-	}
-	start := len(raw) - len(rest)
-	user, _, hasPassword := strings.Cut(auth[:at], ":")
-	if !hasPassword {
-		return raw
-	}
-	return raw[:start] + user + ":xxxxx" + raw[start+at:]
 }

@@ -336,12 +336,40 @@ func TestRedact(t *testing.T) {
 		"kafka://h:9092?group=g":                    "kafka://h:9092?group=g",
 		"redis://user@h":                            "redis://user@h",
 		"amqp://u:p%zz@h:port/x":                    "amqp://u:xxxxx@h:port/x",
-		"amqp://u:pa@ss@h:bad/x@y":                  "amqp://u:xxxxx@h:bad/x@y",
+		"amqp://u:pa@ss@h:bad/x@y":                  "amqp://u:xxxxx@y", // which "@" ends the password cannot be told: hide more
 		"not a url with %zz":                        "not a url with %zz",
 		"postgres://u:pw@h:5432/db?sslmode=disable": "postgres://u:xxxxx@h:5432/db?sslmode=disable",
+		// Reserved characters left unencoded in a password: the review found these shown.
+		"redis://u:ab/cdSECRET@127.0.0.1:6379":       "redis://u:xxxxx@127.0.0.1:6379",
+		"redis://u:ab#SECRET@127.0.0.1:6379/0":       "redis://u:xxxxx@127.0.0.1:6379/0",
+		"redis://u:ab?SECRET@127.0.0.1:6379":         "redis://u:xxxxx@127.0.0.1:6379",
+		"kafka://u:a/b@c@h1:9092,h2:9092?sasl=plain": "kafka://u:xxxxx@h1:9092,h2:9092?sasl=plain",
+		"redis://u:%zzSECRET/x@h:6379":               "redis://u:xxxxx@h:6379",
+		"redis://u:SE/CR#ET@":                        "redis://(rest not shown: it does not parse)",
+		// Secrets in parameters.
+		"amqp://guest:guest@h:5672/?management=http://guest:guest@h:15672": "amqp://guest:xxxxx@h:5672/?management=http://guest:xxxxx@h:15672",
+		"postgres://u@h/db?password=SECRET&sslmode=disable":                "postgres://u@h/db?password=xxxxx&sslmode=disable",
+		"kafka://h:9092?tls_key=/etc/k.pem&tls_ca=/etc/ca.pem":             "kafka://h:9092?tls_key=/etc/k.pem&tls_ca=/etc/ca.pem",
 	} {
 		if got := Redact(in); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+		if strings.Contains(Redact(in), "SECRET") {
+			t.Errorf("Redact(%q) shows the secret", in)
+		}
+	}
+}
+
+// An unparsable URL's error never quotes its password (url.Parse's errors quote the piece that
+// failed, e.g. `invalid port ":ab"` for the password "ab#SECRET").
+func TestParseErrorHidesPassword(t *testing.T) {
+	for _, raw := range []string{"redis://u:ab/cdSECRET@127.0.0.1:6379", "redis://u:ab#SECRET@127.0.0.1:6379", "kafka://u:SE%zzCRET@h:9092"} {
+		_, err := NewMux().OpenBroker(context.Background(), raw, Options{})
+		if !errors.Is(err, ErrInvalidURL) {
+			t.Fatalf("OpenBroker(%q) = %v, want ErrInvalidURL", raw, err)
+		}
+		if strings.Contains(err.Error(), "SECRET") || strings.Contains(err.Error(), ":ab") {
+			t.Errorf("OpenBroker(%q) error shows the password: %v", raw, err)
 		}
 	}
 }

@@ -21,7 +21,7 @@ func (a *app) openStore(ctx context.Context, src sourceFlags, topic string) (dea
 	}
 	u, err := url.Parse(src.store)
 	if err != nil || u.Scheme == "" {
-		return nil, nil, fmt.Errorf("--store %q is not a URL: %w", brokerurl.Redact(src.store), errUsage)
+		return nil, nil, fmt.Errorf("--store %q is not a URL (percent-encode / ? # @ : %% in a user name or password): %w", brokerurl.Redact(src.store), errUsage)
 	}
 	if topic == "" && src.dlqTopic == "" && slices.Contains(a.mux.Schemes(false), strings.ToLower(u.Scheme)) {
 		return nil, nil, fmt.Errorf("a broker dead-letter source needs --topic (or --dlq-topic): a broker keeps one destination per topic: %w", errUsage)
