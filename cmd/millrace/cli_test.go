@@ -657,11 +657,43 @@ func TestFilterByHandlerAndError(t *testing.T) {
 
 // TestRedisTopicsStatsAndFilters: against Redis, topics lists a dead-letter stream with its
 // depth, and list, stats and purge filter its dead letters by handler and error text.
+// emptyRedisDLQ deletes every entry of topic's dead-letter stream, if it exists.
+func emptyRedisDLQ(t *testing.T, c *cli, redis, topic string) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := c.app.mux.OpenStore(ctx, redis, brokerurl.StoreOptions{Topic: topic})
+	if errors.Is(err, deadletter.ErrDestinationNotFound) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for {
+		entries, _, err := s.List(ctx, deadletter.Filter{}, deadletter.Page{Limit: deadletter.MaxPageLimit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) == 0 {
+			return
+		}
+		for _, e := range entries {
+			if err := s.Delete(ctx, e.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 func TestRedisTopicsStatsAndFilters(t *testing.T) {
 	redis := redisTestURL(t)
 	c := newCLI(t, "unused", newMemBroker(t))
 	ctx := context.Background()
-	topic := fmt.Sprintf("millrace-test.cli.topics.%08x", rand.Uint32())
+	// One fixed name, emptied before and after: cmd/millrace has no Redis client to delete the
+	// stream, and a random name left one more stream in the shared Redis on every run.
+	topic := "millrace-test.cli.topics"
+	emptyRedisDLQ(t, c, redis, topic)
+	t.Cleanup(func() { emptyRedisDLQ(t, c, redis, topic) })
 	// The first dead letter creates the stream, as the adapter's would.
 	a, err := c.app.mux.OpenAdapter(ctx, redis, brokerurl.Options{NoConsume: true})
 	if err != nil {
