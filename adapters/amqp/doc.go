@@ -218,4 +218,22 @@
 // returns a watermill-amqp TopologyBuilder, for services that publish with watermill-amqp.
 //
 // Tests use the broker at MILLRACE_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/).
+//
+// # Opening by URL, dead-letter store, plan
+//
+// Importing the package registers amqp:// and amqps:// with brokerurl's default Mux:
+//
+//	brokerurl.OpenAdapter(ctx, "amqp://user:password@host:5672/vhost?queue_type=quorum", brokerurl.Options{})
+//
+// The query parameters queue_type (classic or quorum), delivery_limit, prefetch and dlq_suffix
+// set the Config fields of the same meaning, with the default topology (an exchange named like
+// the topic bound with "#" to a work queue of the same name; other topologies need a Config);
+// amqp091's own URI parameters (heartbeat, connection_timeout, channel_max, certfile, keyfile,
+// cacertfile, server_name_indication, auth_mechanism) pass through; any other parameter is an
+// error that names it. The DLQ is a deadletter.Store (DeadLetterStore: the millrace CLI takes the
+// whole queue unacknowledged, acks what it deletes and requeues the rest). AMQP 0-9-1 cannot list
+// queues, so `millrace dlq topics` needs RabbitMQ's management plugin: the management parameter
+// (default http://<host>:15672, https://<host>:15671 for amqps://, with the AMQP URL's
+// credentials) names its API. `millrace plan --check` redeclares each queue passively with the
+// arguments Provision would use and names the argument RabbitMQ refuses.
 package amqp

@@ -215,4 +215,22 @@
 //
 // Config.Brokers lists the bootstrap brokers. The tests read MILLRACE_KAFKA_BROKERS (default
 // 127.0.0.1:19092); `source .ci/services/kafka.sh` starts a Kafka-protocol broker (kfake) there.
+//
+// # Opening by URL, dead-letter store, plan
+//
+// Importing the package registers kafka:// with brokerurl's default Mux:
+//
+//	brokerurl.OpenAdapter(ctx, "kafka://user:password@b1:9092,b2:9092?group=billing&tls=true&sasl=scram-sha-512", brokerurl.Options{})
+//
+// The query parameters: group (ConsumerGroup, required to consume), at_least_once,
+// transactional_id_prefix, partitions, replication_factor, version (Sarama.Version, at least
+// 2.5.0 unless at_least_once=true); TLS with tls=true, tls_ca, tls_cert and tls_key (PEM files),
+// tls_server_name, tls_insecure_skip_verify; SASL with sasl=plain, scram-sha-256 or
+// scram-sha-512 and the user and password of the URL's userinfo (percent-encoded; never a
+// parameter, so that errors and logs hide it). Every client the adapter builds (admin,
+// producers, the consumer group, the transactional producers, the dead-letter store's) carries
+// the same TLS and SASL settings. Any other parameter, a path or a fragment is an error that
+// names it. The dead-letter topic is a deadletter.Store (DeadLetterStore: removals are marks in
+// "<dlq>.replayed"); `millrace dlq topics` lists the topics named <topic>.dlq with their depth;
+// `millrace plan --check` reads the topics' retention.ms and max.message.bytes.
 package kafka

@@ -192,4 +192,20 @@
 //     further (at most Window per subscription per cut), which can dead-letter as exhausted a
 //     message that was never handled MaxAttempts times. Such recoveries are over within MinIdle
 //     plus RecoverInterval after the cut.
+//
+// # Opening by URL, dead-letter store, plan
+//
+// Importing the package registers redis:// and rediss:// with brokerurl's default Mux:
+//
+//	brokerurl.OpenAdapter(ctx, "redis://[user:password@]host:port/db?group=billing", brokerurl.Options{})
+//
+// The query parameters group (Config.Group, required to consume), consumer, window,
+// processing_budget, min_idle, reclaim_interval, max_len and dlq_suffix set the Config fields of
+// the same meaning; go-redis's own options (dial_timeout, pool_size, ... as redis.ParseURL takes
+// them) pass through; any other parameter is an error that names it. The dead-letter stream of a
+// stream is a deadletter.Store (DeadLetterStore, which the millrace CLI reads: `millrace dlq list
+// --store redis://... --topic T`); `millrace dlq topics` lists the streams named <stream>.dlq
+// (dlq_suffix) with SCAN, on every master of a cluster. `millrace plan` shows what Provision
+// declares and checks the live server's maxmemory-policy (CheckMaxmemoryPolicy: noeviction or
+// volatile-*, since allkeys-* evicts streams and retry schedules).
 package redisstream

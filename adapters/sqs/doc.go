@@ -233,4 +233,21 @@
 // 127.0.0.1:19324 and exports it. Known fauxqs gaps the tests avoid: it returns message
 // attributes even when none were requested, accepts invalid receipt handles and queue names,
 // and refuses characters above U+FFFF in bodies, which real SQS accepts.
+//
+// # Opening by URL, dead-letter store, plan
+//
+// Importing the package registers sqs+https:// and sqs+http:// with brokerurl's default Mux:
+//
+//	brokerurl.OpenAdapter(ctx, "sqs+https://sqs.eu-west-1.amazonaws.com?processing_budget=50s", brokerurl.Options{})
+//
+// sqs+https:// loads the SDK's default configuration (config.LoadDefaultConfig: environment,
+// shared config and credentials files with AWS_PROFILE, SSO, web identity/IRSA, ECS and EC2
+// roles, AWS_CA_BUNDLE); credentials are never in the URL. sqs+http://host:port is a local
+// endpoint (fauxqs, LocalStack, ElasticMQ) with dummy credentials. The query parameters region,
+// visibility, processing_budget (required to consume: the router's Budget), give_up (send or
+// redrive), create (default true on sqs+http, false on sqs+https), dlq_suffix and wait_time set
+// the Config fields of the same meaning; any other parameter, a path, user info or a fragment is
+// an error that names it. The dead-letter queue is a deadletter.Store (DeadLetterStore);
+// `millrace dlq topics` lists the queues named <queue>-dlq with their approximate depths;
+// `millrace plan --check` reads the queues' attributes and RedrivePolicy.
 package sqs
