@@ -2,6 +2,7 @@ package amqp_test
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"os"
 	"slices"
@@ -190,5 +191,43 @@ func TestCLIRefusesRedisFieldsOnRabbitMQ(t *testing.T) {
 	}
 	if n := queueDepth(t, topic); n != 0 {
 		t.Fatalf("%d messages reached %s, want none", n, topic)
+	}
+}
+
+// TestCLITopicsRabbitMQ: `millrace dlq topics` lists a dead-letter queue holding one dead letter
+// with depth 1 (through the management API, which AMQP 0-9-1 lacks), and the listing takes
+// nothing: the queue still holds it afterwards.
+func TestCLITopicsRabbitMQ(t *testing.T) {
+	a := cliAdapter(t)
+	topic := uniqueTopic("millrace-test.cli.topics")
+	clitest.FailingRouter(t, a, topic, millrace.RetryPolicy{MaxAttempts: 1, Backoff: millrace.Fixed(100 * time.Millisecond)}, 0)
+	if err := a.Publisher().Publish(topic, message.NewMessage("uuid-amqp-topics", []byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	dlq := a.DeadLetterTopic(topic)
+	clitest.WaitUntil(t, "the dead letter", func() bool { return queueDepth(t, dlq) == 1 })
+	var got struct {
+		Destinations []struct {
+			Name, Topic string
+			Depth       int64
+		}
+	}
+	if err := json.Unmarshal([]byte(clitest.New(t).OK("dlq", "topics", "--store", brokerURL(), "--json")), &got); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, d := range got.Destinations {
+		if d.Name == dlq {
+			found = true
+			if d.Topic != topic || d.Depth != 1 {
+				t.Errorf("dlq topics: %+v, want topic %s, depth 1", d, topic)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("dlq topics does not list %s: %+v", dlq, got.Destinations)
+	}
+	if n := queueDepth(t, dlq); n != 1 {
+		t.Errorf("after dlq topics the queue holds %d, want 1", n)
 	}
 }
