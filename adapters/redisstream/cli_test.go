@@ -2,6 +2,7 @@ package redisstream_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -146,5 +147,46 @@ func TestCLIRedisForeignEntryShownAndReplayedExactly(t *testing.T) {
 	}
 	if n := rc.XLen(ctx, dlq).Val(); n != 0 {
 		t.Fatalf("%d dead letters after the exact replay, want 0", n)
+	}
+}
+
+// TestCLITopicsRedis: `millrace dlq topics` lists a dead-letter stream with its length and the
+// stream it belongs to, and not a key named like one that is not a stream.
+func TestCLITopicsRedis(t *testing.T) {
+	rc, stream, a := cliAdapter(t)
+	ctx := context.Background()
+	dlq := a.DeadLetterTopic(stream)
+	ds, err := redisstream.NewDeadLetterStore(rc, dlq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clitest.Put(t, ds, clitest.Sample(1, stream))
+	clitest.Put(t, ds, clitest.Sample(2, stream))
+	notStream := stream + ".other.dlq"
+	rc.Set(ctx, notStream, "x", time.Minute)
+	t.Cleanup(func() { rc.Del(context.Background(), notStream) })
+	var got struct {
+		Destinations []struct {
+			Name, Topic string
+			Depth       int64
+		}
+	}
+	if err := json.Unmarshal([]byte(clitest.New(t).OK("dlq", "topics", "--store", redisURL(), "--json")), &got); err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, d := range got.Destinations {
+		switch d.Name {
+		case dlq:
+			found++
+			if d.Topic != stream || d.Depth != 2 {
+				t.Errorf("dlq topics: %+v, want topic %s, depth 2", d, stream)
+			}
+		case notStream:
+			t.Errorf("dlq topics lists %s, a string key", notStream)
+		}
+	}
+	if found != 1 {
+		t.Errorf("dlq topics lists %s %d times, want once: %+v", dlq, found, got.Destinations)
 	}
 }
