@@ -19,6 +19,7 @@ import (
 	"github.com/millrace/millrace/deadletter"
 	"github.com/millrace/millrace/deadletter/pgstore/pgtest"
 	"github.com/millrace/millrace/deadletter/sink"
+	"github.com/millrace/millrace/internal/clitest"
 	"github.com/millrace/millrace/internal/testenv"
 	"github.com/millrace/millrace/router"
 )
@@ -76,8 +77,8 @@ func TestForeignRedisEntryKeepsItsFieldsInTable(t *testing.T) {
 		calls.Add(1)
 		return errors.New("failing " + m.UUID)
 	})
-	sinkWaitFor(t, "two dead letters in the table", func() bool { return sinkCount(t, store, deadletter.Filter{}) >= 2 })
-	sinkWaitFor(t, "the entry acknowledged", func() bool {
+	clitest.WaitUntil(t, "two dead letters in the table", func() bool { return sinkCount(t, store, deadletter.Filter{}) >= 2 })
+	clitest.WaitUntil(t, "the entry acknowledged", func() bool {
 		p, err := client.XPending(ctx, stream, "sink-test").Result()
 		return err == nil && p.Count == 0
 	})
@@ -160,17 +161,6 @@ func sinkRunRouter(t *testing.T, a millrace.Adapter, maxAttempts int, topic stri
 	}
 	t.Cleanup(stop)
 	return stop
-}
-
-func sinkWaitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func sinkCount(t *testing.T, s deadletter.Store, f deadletter.Filter) int64 {
