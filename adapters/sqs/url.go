@@ -40,7 +40,9 @@ func init() { brokerurl.Register(urlDriver{}) }
 // to true on sqs+http and false on sqs+https. processing_budget is required unless the broker is
 // opened with Options.NoConsume. The region signs the requests: the region parameter, else the
 // one in an AWS host name, else (sqs+https to another host, such as a VPC endpoint) the default
-// chain's (AWS_REGION, the profile's), else us-east-1. Credentials are never URL parameters.
+// chain's (AWS_REGION, the profile's), else us-east-1. Credentials are never in the URL, as
+// parameters or user info, and the URL has no path (it names the endpoint, not a queue) and no
+// fragment: each is refused.
 type urlDriver struct{}
 
 var _ brokerurl.Driver = urlDriver{}
@@ -70,6 +72,9 @@ func configFromURL(u *url.URL, opts brokerurl.Options) (Config, error) {
 	if err := p.Done(); err != nil {
 		return Config{}, err
 	}
+	if err := checkURLParts(u, scheme); err != nil {
+		return Config{}, err
+	}
 	if u.Host == "" {
 		return Config{}, fmt.Errorf("%w: %s:// needs the endpoint's host, e.g. sqs+https://sqs.eu-west-1.amazonaws.com or sqs+http://127.0.0.1:19324", brokerurl.ErrInvalidURL, scheme)
 	}
@@ -86,6 +91,79 @@ func configFromURL(u *url.URL, opts brokerurl.Options) (Config, error) {
 	}
 	return cfg, cfg.Validate()
 }
+
+// urlConfig is configFromURL for opening: a Config.Validate refusal of a field a URL parameter
+// set is the parameter's error (parameterError).
+func urlConfig(u *url.URL, opts brokerurl.Options) (Config, error) {
+	cfg, err := configFromURL(u, opts)
+	if err != nil {
+		return Config{}, parameterError(strings.ToLower(u.Scheme), u.Query(), err)
+	}
+	return cfg, nil
+}
+
+// checkURLParts refuses the parts of u an SQS URL has no use for, which would otherwise be
+// ignored: user info (credentials come from the SDK's chain), a path (a queue URL is not an
+// endpoint) and a fragment. The messages never show the user info.
+func checkURLParts(u *url.URL, scheme string) error {
+	switch {
+	case u.User != nil:
+		return fmt.Errorf("%w: %s:// takes no user info (user:password@) in the URL: credentials come from the AWS SDK's default chain "+
+			"(environment, shared config and credentials files, AWS_PROFILE, SSO, web identity, ECS and EC2 roles), and sqs+http:// uses dummy ones",
+			brokerurl.ErrInvalidURL, scheme)
+	case u.Path != "" && u.Path != "/":
+		return fmt.Errorf("%w: %s:// takes no path (%q): the URL names the endpoint, and the adapter names each topic's queue (a queue URL is not a broker URL)",
+			brokerurl.ErrInvalidURL, scheme, u.EscapedPath())
+	case u.Fragment != "":
+		return fmt.Errorf("%w: %s:// takes no fragment (%q)", brokerurl.ErrInvalidURL, scheme, "#"+u.EscapedFragment())
+	}
+	return nil
+}
+
+// configFieldParams maps the Config fields that URL parameters set to the parameters.
+var configFieldParams = map[string]string{
+	"sqs.Config.Region":            "region",
+	"sqs.Config.VisibilityTimeout": "visibility",
+	"sqs.Config.ProcessingBudget":  "processing_budget",
+	"sqs.Config.CreateQueues":      "create",
+	"sqs.Config.DeadLetterSuffix":  "dlq_suffix",
+	"sqs.Config.WaitTime":          "wait_time",
+	"sqs.Config.GiveUp":            "give_up",
+}
+
+// parameterError turns err, a Config.Validate refusal, into the refusal of the URL parameter
+// that set the field (a *configParameterError): `sqs+http:// parameter visibility="61.5s"
+// (sqs.Config.VisibilityTimeout) must be whole seconds ...`, the fields its rule names called by
+// their parameters too. A field that no parameter in q set is left as Config.Validate named it.
+func parameterError(scheme string, q url.Values, err error) error {
+	var ce *millrace.ConfigError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	name, ok := configFieldParams[ce.Field]
+	if !ok || !q.Has(name) {
+		return err
+	}
+	rule := ce.Rule
+	for field, param := range configFieldParams {
+		rule = strings.ReplaceAll(rule, field, param)
+	}
+	return &configParameterError{
+		ParameterError: &brokerurl.ParameterError{Scheme: scheme, Name: name, Value: strings.Join(q[name], ","), Rule: "(" + ce.Field + ") " + rule},
+		config:         ce,
+	}
+}
+
+// configParameterError is a Config.Validate refusal of a field a URL parameter set. It reads as
+// the parameter's *brokerurl.ParameterError (wrapping brokerurl.ErrInvalidURL) and wraps the
+// *millrace.ConfigError (millrace.ErrInvalidConfig) too.
+type configParameterError struct {
+	*brokerurl.ParameterError
+	config *millrace.ConfigError
+}
+
+// Unwrap returns the parameter's error and the configuration error.
+func (e *configParameterError) Unwrap() []error { return []error{e.ParameterError, e.config} }
 
 // regionOf reads the region of an AWS endpoint host (sqs.<region>.amazonaws.com), or returns
 // "us-east-1" for any other host.
@@ -110,7 +188,7 @@ func awsRegion(host string) (string, bool) {
 // default configuration (credential chain, shared config); sqs+http:// uses the adapter's local
 // endpoint configuration.
 func openURL(ctx context.Context, u *url.URL, opts brokerurl.Options) (*Adapter, error) {
-	cfg, err := configFromURL(u, opts)
+	cfg, err := urlConfig(u, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -134,20 +212,43 @@ func openURL(ctx context.Context, u *url.URL, opts brokerurl.Options) (*Adapter,
 	if err != nil {
 		return nil, err
 	}
-	// New makes no call: check the endpoint answers, so an unreachable one fails here.
+	// New makes no call: check the endpoint answers, so an unreachable one fails here. A role
+	// without sqs:ListQueues (a least-privilege consumer's) is refused it after AWS has
+	// authenticated the request: the endpoint answered and the credentials are good.
 	if _, err := a.Client().ListQueues(ctx, &awssqs.ListQueuesInput{MaxResults: aws.Int32(1)}); err != nil {
-		_ = a.Close()
-		return nil, fmt.Errorf("connect to %s: %w", brokerurl.Redact(u.String()), err)
+		if !accessDenied(err) {
+			_ = a.Close()
+			return nil, fmt.Errorf("connect to %s: %w", brokerurl.Redact(u.String()), err)
+		}
+		opts.LoggerOrDiscard().Debug("sqs: ListQueues denied at open; the endpoint answered and authenticated the request",
+			"endpoint", cfg.Endpoint, "error", err)
 	}
 	return a, nil
 }
 
-// OpenAdapter opens the adapter u names, after checking the endpoint answers (ListQueues).
+// accessDeniedCodes are the error codes of an authenticated request that IAM refuses: SQS's
+// own (the AWS query protocol's, sent in x-amzn-query-error) and the JSON protocol's. A bad
+// key or signature (InvalidClientTokenId, SignatureDoesNotMatch, UnrecognizedClientException)
+// has its own code, refused before any permission is looked at.
+var accessDeniedCodes = []string{"AccessDenied", "AccessDeniedException"}
+
+// accessDenied reports whether err is an API error whose code is one of accessDeniedCodes.
+func accessDenied(err error) bool {
+	var api interface{ ErrorCode() string } // smithy.APIError
+	if !errors.As(err, &api) {
+		return false
+	}
+	return slices.ContainsFunc(accessDeniedCodes, func(c string) bool { return strings.EqualFold(c, api.ErrorCode()) })
+}
+
+// OpenAdapter opens the adapter u names, after checking the endpoint answers (ListQueues; an
+// AccessDenied answer, of a role without sqs:ListQueues, counts as an answer).
 func (urlDriver) OpenAdapter(ctx context.Context, u *url.URL, opts brokerurl.Options) (millrace.Adapter, error) {
 	return openURL(ctx, u, opts)
 }
 
-// Open opens the broker u names: the adapter, whose client the operations use.
+// Open opens the broker u names: the adapter, whose client the operations use. It checks the
+// endpoint as OpenAdapter does; an operation the credentials may not call fails on its own call.
 func (urlDriver) Open(ctx context.Context, u *url.URL, opts brokerurl.Options) (brokerurl.Broker, error) {
 	a, err := openURL(ctx, u, opts)
 	if err != nil {
@@ -234,7 +335,7 @@ func (b *urlBroker) DeadLetterDestinations(ctx context.Context) ([]brokerurl.Des
 }
 
 // PublishNative re-publishes a dead letter's Native content exactly (the original message's
-// attributes with their SQS data types, as deadletter/sqsstore gives them back): one
+// attributes with their SQS data types, as DeadLetterStore gives them back): one
 // SendMessage to the topic's queue with rec.Payload as the body and exactly those attributes,
 // a Binary type's value as the BinaryValue and any other as the StringValue. Nothing is added
 // (no UUID attribute unless the original had one, no packing): the message is the original.

@@ -95,12 +95,16 @@ func TestURLRefusals(t *testing.T) {
 		{"sqs+http://h:1?processing_budget=1s&wait_time=x", brokerurl.ErrInvalidURL, []string{"wait_time"}},
 		{"sqs+http://h:1?processing_budget=1s&create=perhaps", brokerurl.ErrInvalidURL, []string{"create", "true or false"}},
 		{"sqs+http://h:1?processing_budget=1s&give_up=never", brokerurl.ErrInvalidURL, []string{"give_up", "send, redrive"}},
-		{"sqs+http://h:1?processing_budget=104s&visibility=60s", millrace.ErrInvalidConfig, []string{"ProcessingBudget", "VisibilityTimeout"}},
-		{"sqs+http://h:1?processing_budget=1s&dlq_suffix=.dead", millrace.ErrInvalidConfig, []string{"DeadLetterSuffix"}},
-		{"sqs+http://h:1?processing_budget=1s&wait_time=30s", millrace.ErrInvalidConfig, []string{"WaitTime"}},
+		{"sqs+http://h:1?processing_budget=104s&visibility=60s", millrace.ErrInvalidConfig, []string{`sqs+http:// parameter processing_budget="104s" (sqs.Config.ProcessingBudget) must be at most visibility (1m0s) minus 1s`}},
+		{"sqs+http://h:1?processing_budget=1s&dlq_suffix=.dead", millrace.ErrInvalidConfig, []string{`sqs+http:// parameter dlq_suffix=".dead" (sqs.Config.DeadLetterSuffix) may hold only letters`}},
+		{"sqs+http://h:1?processing_budget=1s&wait_time=30s", millrace.ErrInvalidConfig, []string{`sqs+http:// parameter wait_time="30s" (sqs.Config.WaitTime) must be whole seconds, at most 20s`}},
+		{"sqs+http://h:1?processing_budget=1s&visibility=61.5s", millrace.ErrInvalidConfig, []string{`sqs+http:// parameter visibility="61.5s" (sqs.Config.VisibilityTimeout) must be whole seconds between 1s and 12h`}},
+		{"sqs+http://h:1?processing_budget=1s&visibility=13h", brokerurl.ErrInvalidURL, []string{`sqs+http:// parameter visibility="13h" (sqs.Config.VisibilityTimeout) must be whole seconds between 1s and 12h`}},
+		// The rule names the other field by its parameter, here at its default (60s).
+		{"sqs+http://h:1?processing_budget=60s", brokerurl.ErrInvalidURL, []string{`sqs+http:// parameter processing_budget="60s" (sqs.Config.ProcessingBudget) must be at most visibility (1m0s)`}},
 		{"sqs+http://h:1?processing_budget=1s&region=a&region=b", brokerurl.ErrInvalidURL, []string{"region", "more than once"}},
 	} {
-		_, err := configFromURL(mustParseURL(t, c.url), brokerurl.Options{})
+		_, err := urlConfig(mustParseURL(t, c.url), brokerurl.Options{})
 		if !errors.Is(err, c.is) {
 			t.Errorf("%s: %v, want %v", c.url, err, c.is)
 			continue
@@ -109,6 +113,61 @@ func TestURLRefusals(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%s: %q does not say %q", c.url, err, w)
 			}
+		}
+		// A value Config.Validate refuses is the parameter's error too (exit status 2 in the CLI),
+		// naming the parameter; the Config field only as the one it sets.
+		if errors.Is(err, millrace.ErrInvalidConfig) {
+			var pe *brokerurl.ParameterError
+			if !errors.As(err, &pe) || !errors.Is(err, brokerurl.ErrInvalidURL) || strings.Count(err.Error(), "sqs.Config.") != 1 ||
+				strings.Contains(err.Error(), "\n") {
+				t.Errorf("%s: %v, want one line, a *brokerurl.ParameterError naming the parameter, wrapping ErrInvalidURL", c.url, err)
+			}
+		}
+	}
+}
+
+// TestURLPartsRefused: the parts of a URL SQS has no use for are refused, one line naming the
+// part, never showing the user info: a path (a queue URL given as the broker's), user info
+// (credentials come from the SDK's chain), a fragment.
+func TestURLPartsRefused(t *testing.T) {
+	for _, c := range []struct{ url, want string }{
+		{"sqs+http://127.0.0.1:19324/000000000000/orders?processing_budget=1s", `sqs+http:// takes no path ("/000000000000/orders")`},
+		{"sqs+https://127.0.0.1:1/123456789012/orders?processing_budget=1s", `sqs+https:// takes no path`},
+		{"sqs+http://AKIA:secret@127.0.0.1:19324?processing_budget=1s", `sqs+http:// takes no user info (user:password@) in the URL: credentials come from the AWS SDK's default chain`},
+		{"sqs+https://AKIA@127.0.0.1:1?processing_budget=1s", `sqs+https:// takes no user info`},
+		{"sqs+http://127.0.0.1:19324?processing_budget=1s#orders", `sqs+http:// takes no fragment ("#orders")`},
+	} {
+		// Should the part be ignored, the open must not reach beyond loopback (hosts are
+		// 127.0.0.1; the credential chain is the environment's static keys, no IMDS).
+		useProfile(t, nil)
+		t.Setenv("AWS_ACCESS_KEY_ID", "AKIDTESTPARTS0000000")
+		t.Setenv("AWS_SECRET_ACCESS_KEY", "test-secret")
+		t.Setenv("AWS_CA_BUNDLE", "")
+		for _, adapter := range []bool{false, true} {
+			var (
+				opened interface{ Close() error }
+				err    error
+			)
+			if adapter {
+				opened, err = brokerurl.OpenAdapter(context.Background(), c.url, brokerurl.Options{})
+			} else {
+				opened, err = brokerurl.OpenBroker(context.Background(), c.url, brokerurl.Options{NoConsume: true})
+			}
+			if err == nil {
+				_ = opened.Close()
+			}
+			if !errors.Is(err, brokerurl.ErrInvalidURL) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: %v, want ErrInvalidURL saying %q", c.url, err, c.want)
+				continue
+			}
+			if msg := err.Error(); strings.Contains(msg, "secret") || strings.Contains(msg, "AKIA") || strings.Contains(msg, "\n") {
+				t.Errorf("%s: %q shows the user info or is not one line", c.url, msg)
+			}
+		}
+	}
+	for _, ok := range []string{"sqs+http://127.0.0.1:19324/?processing_budget=1s", "sqs+http://127.0.0.1:19324?processing_budget=1s"} {
+		if _, err := configFromURL(mustParseURL(t, ok), brokerurl.Options{}); err != nil {
+			t.Errorf("%s: %v, want accepted", ok, err)
 		}
 	}
 }
@@ -122,6 +181,15 @@ type fakeSQS struct {
 	auth   []string
 	queues []string          // every queue, in ListQueues order
 	depth  map[string][2]int // visible, not visible
+	faults map[string]fault  // by operation: the error it answers instead
+}
+
+// fault is an SQS error answer in the JSON protocol: the HTTP status, the __type of the body
+// and, when not empty, the AWS query protocol's code in the x-amzn-query-error header (as SQS
+// sends it for its query-compatible clients).
+type fault struct {
+	status         int
+	typ, queryCode string
 }
 
 func newFakeSQS(t *testing.T, queues []string, depth map[string][2]int) *fakeSQS {
@@ -139,8 +207,17 @@ func (f *fakeSQS) serve(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewDecoder(r.Body).Decode(&in)
 	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 	qurl := func(name string) string { return f.srv.URL + "/000000000000/" + name }
+	op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "AmazonSQS.")
+	if fl, ok := f.faults[op]; ok {
+		if fl.queryCode != "" {
+			w.Header().Set("x-amzn-query-error", fl.queryCode+";Sender")
+		}
+		w.WriteHeader(fl.status)
+		_, _ = fmt.Fprintf(w, `{"__type":%q,"message":"User: arn:aws:iam::000000000000:user/consumer is not allowed %s"}`, fl.typ, op)
+		return
+	}
 	var out any
-	switch op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "AmazonSQS."); op {
+	switch op {
 	case "ListQueues":
 		start := 0
 		if tok, _ := in["NextToken"].(string); tok != "" {
