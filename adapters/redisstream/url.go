@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
@@ -26,7 +29,9 @@ func init() { brokerurl.Register(urlDriver{}) }
 //	        &min_idle=30s&reclaim_interval=1s&max_len=0&dlq_suffix=.dlq][&go-redis options such as dial_timeout]
 //
 // The parameters besides go-redis's own (redis.ParseURL) set the Config field of the same
-// meaning; group is required unless the broker is opened with Options.NoConsume.
+// meaning; group is required unless the broker is opened with Options.NoConsume. The values of
+// go-redis's options are checked as go-redis reads them, and refused in millrace's words. The
+// database is named once, in the path or as go-redis's db, not both; a fragment is refused.
 type urlDriver struct{}
 
 var (
@@ -34,8 +39,9 @@ var (
 	_ brokerurl.ClientLogSilencer = urlDriver{}
 )
 
-// goRedisParams are go-redis's own URL options (redis.ParseURL, v9.23), passed on to it; it
-// checks their values. TestURLGoRedisParams checks go-redis still takes each.
+// goRedisParams are go-redis's own URL options (redis.ParseURL, v9.23), passed on to it after
+// goRedisValue checks their values. TestURLGoRedisParams checks go-redis still takes each, and
+// TestURLGoRedisValues that it accepts the values goRedisValue accepts.
 var goRedisParams = []string{
 	"db", "protocol", "client_name", "max_retries", "min_retry_backoff", "max_retry_backoff",
 	"dial_timeout", "read_timeout", "write_timeout", "pool_fifo", "pool_size", "pool_timeout",
@@ -43,6 +49,66 @@ var goRedisParams = []string{
 	"pipeline_pool_size", "pipeline_read_buffer_size", "pipeline_write_buffer_size",
 	"conn_max_idle_time", "idle_timeout", "conn_max_lifetime", "max_conn_age",
 	"conn_max_lifetime_jitter", "skip_verify",
+}
+
+// goRedisValue checks the value v of go-redis's option name as go-redis reads it (redis.ParseURL:
+// an empty value is no value), so that a bad one is refused in millrace's words, naming the
+// parameter and the rule (a *brokerurl.ParameterError). db and protocol are held to what the
+// server takes: a database number, RESP2 or RESP3.
+func goRedisValue(scheme, name, v string) error {
+	if v == "" {
+		return nil
+	}
+	var rule string
+	switch name {
+	case "client_name":
+		return nil
+	case "db":
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			return nil
+		}
+		rule = "must be a database number, a non-negative integer"
+	case "protocol":
+		if v == "2" || v == "3" {
+			return nil
+		}
+		rule = "must be 2 or 3 (RESP2 or RESP3)"
+	case "pool_fifo", "skip_verify":
+		if v == "true" || v == "false" || v == "1" || v == "0" {
+			return nil
+		}
+		rule = "must be true, false, 1 or 0"
+	case "max_retries", "pool_size", "min_idle_conns", "max_idle_conns", "max_active_conns", "max_concurrent_dials",
+		"pipeline_pool_size", "pipeline_read_buffer_size", "pipeline_write_buffer_size":
+		if _, err := strconv.Atoi(v); err == nil {
+			return nil
+		}
+		rule = "must be an integer (go-redis's own option)"
+	default: // the durations
+		if _, err := strconv.Atoi(v); err == nil {
+			return nil
+		}
+		if _, err := time.ParseDuration(v); err == nil {
+			return nil
+		}
+		rule = "must be a duration such as 5s or 500ms, or a number of seconds (go-redis's own option: 0 or less turns it off)"
+	}
+	return &brokerurl.ParameterError{Scheme: scheme, Name: name, Value: v, Rule: rule}
+}
+
+// pathDB returns the database number u's path names ("" when it names none: no path, or "/"),
+// refusing any other path.
+func pathDB(u *url.URL, scheme string) (string, error) {
+	f := strings.FieldsFunc(u.Path, func(r rune) bool { return r == '/' })
+	switch len(f) {
+	case 0:
+		return "", nil
+	case 1:
+		if n, err := strconv.Atoi(f[0]); err == nil && n >= 0 {
+			return f[0], nil
+		}
+	}
+	return "", fmt.Errorf("%w: %s:// path %q must be one database number, a non-negative integer such as /0", brokerurl.ErrInvalidURL, scheme, u.EscapedPath())
 }
 
 // Schemes returns the schemes the driver opens.
@@ -81,13 +147,29 @@ func configFromURL(u *url.URL, opts brokerurl.Options) (Config, error) {
 	if err := p.Done(); err != nil {
 		return Config{}, err
 	}
+	if u.Fragment != "" {
+		return Config{}, fmt.Errorf("%w: %s:// takes no fragment (%q)", brokerurl.ErrInvalidURL, scheme, "#"+u.EscapedFragment())
+	}
+	db, err := pathDB(u, scheme)
+	if err != nil {
+		return Config{}, err
+	}
+	for _, name := range goRedisParams {
+		if err := goRedisValue(scheme, name, rest.Get(name)); err != nil {
+			return Config{}, err
+		}
+	}
+	if db != "" && rest.Get("db") != "" {
+		return Config{}, &brokerurl.ParameterError{Scheme: scheme, Name: "db", Value: rest.Get("db"),
+			Rule: "and the path's database /" + db + " are both given: name the database once, in the path or as db"}
+	}
 	if rest.Has("skip_verify") && scheme != "rediss" {
 		return Config{}, &brokerurl.ParameterError{Scheme: scheme, Name: "skip_verify", Value: rest.Get("skip_verify"), Rule: "applies to rediss:// (TLS) only"}
 	}
 	clean := *u
 	clean.RawQuery = rest.Encode()
 	if _, err := redis.ParseURL(clean.String()); err != nil {
-		// A bad value of one of go-redis's options, or a bad path: go-redis names it.
+		// Anything the checks above let through that go-redis refuses: go-redis names it.
 		return Config{}, fmt.Errorf("%w: %s: %s", brokerurl.ErrInvalidURL, clean.Redacted(), strings.TrimPrefix(err.Error(), "redis: "))
 	}
 	cfg.URL = clean.String()
@@ -106,9 +188,58 @@ func (urlDriver) OpenAdapter(ctx context.Context, u *url.URL, opts brokerurl.Opt
 	return openURL(ctx, u, opts)
 }
 
+// configFieldParams maps the Config fields that URL parameters set to the parameters.
+var configFieldParams = map[string]string{
+	"Group": "group", "Consumer": "consumer", "Window": "window", "ProcessingBudget": "processing_budget",
+	"MinIdle": "min_idle", "ReclaimInterval": "reclaim_interval", "MaxLen": "max_len",
+}
+
+// fieldName matches a Config field's name in a rule, qualified (redisstream.Config.MinIdle) or not.
+var fieldName = regexp.MustCompile(`\b(?:redisstream\.Config\.)?([A-Z][A-Za-z]+)\b`)
+
+// urlConfig is configFromURL for opening: a Config.Validate refusal of a field a URL parameter
+// set is the parameter's error, `redis:// parameter min_idle="5s" (redisstream.Config.MinIdle)
+// must be at least processing_budget (10s) ...` (a *configParameterError), the fields its rule
+// names called by their parameters too. A field that no parameter set is left as
+// Config.Validate named it.
+func urlConfig(u *url.URL, opts brokerurl.Options) (Config, error) {
+	cfg, err := configFromURL(u, opts)
+	var ce *millrace.ConfigError
+	if err == nil || !errors.As(err, &ce) {
+		return cfg, err
+	}
+	q := u.Query()
+	name, ok := configFieldParams[strings.TrimPrefix(ce.Field, "redisstream.Config.")]
+	if !strings.HasPrefix(ce.Field, "redisstream.Config.") || !ok || !q.Has(name) {
+		return Config{}, err
+	}
+	rule := fieldName.ReplaceAllStringFunc(ce.Rule, func(m string) string {
+		if p, ok := configFieldParams[strings.TrimPrefix(m, "redisstream.Config.")]; ok {
+			return p
+		}
+		return m
+	})
+	return Config{}, &configParameterError{
+		ParameterError: &brokerurl.ParameterError{Scheme: strings.ToLower(u.Scheme), Name: name, Value: strings.Join(q[name], ","),
+			Rule: "(" + ce.Field + ") " + rule},
+		config: ce,
+	}
+}
+
+// configParameterError is a Config.Validate refusal of a field a URL parameter set. It reads as
+// the parameter's *brokerurl.ParameterError (wrapping brokerurl.ErrInvalidURL) and wraps the
+// *millrace.ConfigError (millrace.ErrInvalidConfig) too.
+type configParameterError struct {
+	*brokerurl.ParameterError
+	config *millrace.ConfigError
+}
+
+// Unwrap returns the parameter's error and the configuration error.
+func (e *configParameterError) Unwrap() []error { return []error{e.ParameterError, e.config} }
+
 // openURL opens the adapter u names and checks the server answers.
 func openURL(ctx context.Context, u *url.URL, opts brokerurl.Options) (*Adapter, error) {
-	cfg, err := configFromURL(u, opts)
+	cfg, err := urlConfig(u, opts)
 	if err != nil {
 		return nil, err
 	}

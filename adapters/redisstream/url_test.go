@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/brokerurl"
 	"github.com/millrace/millrace/deadletter"
 )
@@ -138,22 +139,86 @@ func TestURLBadValues(t *testing.T) {
 		{"group=g&processing_budget=-1s", `redis:// parameter processing_budget="-1s" must be a non-negative duration`},
 		{"group=g&group=h", `redis:// parameter group="g,h" is given more than once`},
 		{"group=g&dial_timeout=2s&dial_timeout=3s", `redis:// parameter dial_timeout="2s,3s" is given more than once`},
-		{"group=g&dial_timeout=soon", `invalid dial_timeout duration`},
+		{"group=g&dial_timeout=soon", `redis:// parameter dial_timeout="soon" must be a duration such as 5s or 500ms, or a number of seconds`},
+		{"group=g&dial_timeout=abc", `redis:// parameter dial_timeout="abc" must be a duration`},
+		{"group=g&conn_max_idle_time=1.5", `redis:// parameter conn_max_idle_time="1.5" must be a duration`},
+		{"group=g&pool_size=many", `redis:// parameter pool_size="many" must be an integer`},
+		{"group=g&max_retries=1s", `redis:// parameter max_retries="1s" must be an integer`},
+		{"group=g&pool_fifo=yes", `redis:// parameter pool_fifo="yes" must be true, false, 1 or 0`},
+		{"group=g&protocol=4", `redis:// parameter protocol="4" must be 2 or 3 (RESP2 or RESP3)`},
+		{"group=g&db=x", `redis:// parameter db="x" must be a database number`},
+		{"group=g&db=-1", `redis:// parameter db="-1" must be a database number`},
 		{"group=g&skip_verify=true", `redis:// parameter skip_verify="true" applies to rediss:// (TLS) only`},
-		{"group=g&processing_budget=10s&min_idle=5s", `MinIdle`},
+		{"group=g&processing_budget=10s&min_idle=5s", `redis:// parameter min_idle="5s" (redisstream.Config.MinIdle) must be at least processing_budget (10s)`},
 		{"group=g&dlq_suffix=", `redis:// parameter dlq_suffix="" must not be empty`},
 	} {
-		_, err := configFromURL(mustURL(t, "redis://127.0.0.1:6379?"+tc.query), brokerurl.Options{})
+		_, err := urlConfig(mustURL(t, "redis://127.0.0.1:6379?"+tc.query), brokerurl.Options{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to hold %q", tc.query, err, tc.want)
 		}
-		if tc.want != "MinIdle" && !errors.Is(err, brokerurl.ErrInvalidURL) {
-			t.Errorf("%s: err = %v, want ErrInvalidURL", tc.query, err)
+		var pe *brokerurl.ParameterError
+		if !errors.Is(err, brokerurl.ErrInvalidURL) || !errors.As(err, &pe) || strings.Contains(err.Error(), "redis: ") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: err = %v, want one line, a *brokerurl.ParameterError (ErrInvalidURL), none of go-redis's words", tc.query, err)
 		}
 	}
-	_, err := configFromURL(mustURL(t, "redis://127.0.0.1:6379/x?group=g"), brokerurl.Options{})
-	if !errors.Is(err, brokerurl.ErrInvalidURL) || !strings.Contains(err.Error(), "database number") {
-		t.Errorf("path /x: err = %v, want an invalid database number", err)
+	// A refusal of Config.Validate is still an invalid configuration; opening names the parameter.
+	_, err := brokerurl.OpenAdapter(context.Background(), "redis://127.0.0.1:1?group=g&processing_budget=10s&min_idle=5s", brokerurl.Options{})
+	if !errors.Is(err, millrace.ErrInvalidConfig) || !errors.Is(err, brokerurl.ErrInvalidURL) || !strings.Contains(err.Error(), `parameter min_idle="5s"`) {
+		t.Errorf("OpenAdapter, min_idle below processing_budget: %v, want the parameter's error, ErrInvalidConfig too", err)
+	}
+	for _, tc := range []struct{ url, want string }{
+		{"redis://127.0.0.1:6379/x?group=g", `redis:// path "/x" must be one database number`},
+		{"redis://127.0.0.1:6379/0/1?group=g", `redis:// path "/0/1" must be one database number`},
+		{"redis://127.0.0.1:6379/0?group=g#main", `redis:// takes no fragment ("#main")`},
+	} {
+		_, err := urlConfig(mustURL(t, tc.url), brokerurl.Options{})
+		if !errors.Is(err, brokerurl.ErrInvalidURL) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want ErrInvalidURL saying %q", tc.url, err, tc.want)
+		}
+	}
+}
+
+// The database is named once: db and a database in the path together are refused, naming
+// both, whatever their values; either alone is taken.
+func TestURLDatabaseOnce(t *testing.T) {
+	for _, raw := range []string{"redis://127.0.0.1:6379/0?group=g&db=1", "redis://127.0.0.1:6379/1?group=g&db=1", "rediss://127.0.0.1:6379/3?db=0&group=g"} {
+		_, err := urlConfig(mustURL(t, raw), brokerurl.Options{})
+		var pe *brokerurl.ParameterError
+		if !errors.As(err, &pe) || pe.Name != "db" || !strings.Contains(err.Error(), `parameter db="`) || !strings.Contains(err.Error(), "path's database /") {
+			t.Errorf("%s: %v, want a *brokerurl.ParameterError naming db and the path's database", raw, err)
+		}
+	}
+	for raw, want := range map[string]int{
+		"redis://127.0.0.1:6379/2?group=g": 2, "redis://127.0.0.1:6379?group=g&db=3": 3, "redis://127.0.0.1:6379/?group=g&db=4": 4,
+		"redis://127.0.0.1:6379/5?group=g&db=": 5,
+	} {
+		cfg, err := urlConfig(mustURL(t, raw), brokerurl.Options{})
+		if err != nil {
+			t.Errorf("%s: %v", raw, err)
+			continue
+		}
+		if opts, err := redis.ParseURL(cfg.URL); err != nil || opts.DB != want {
+			t.Errorf("%s: database %v (%v), want %d", raw, opts, err, want)
+		}
+	}
+}
+
+// goRedisValue accepts exactly what go-redis accepts for each of its options (but db and
+// protocol, held to what the server takes): a go-redis upgrade that reads an option otherwise
+// fails here.
+func TestURLGoRedisValues(t *testing.T) {
+	probes := []string{"", "2", "0", "-1", "3s", "250ms", "-2s", "1.5", "true", "false", "1", "yes", "x", "2h45m", " 2"}
+	for _, name := range goRedisParams {
+		if name == "db" || name == "protocol" {
+			continue
+		}
+		for _, v := range probes {
+			ours := goRedisValue("rediss", name, v)
+			_, theirs := redis.ParseURL("rediss://127.0.0.1:6379?" + url.Values{name: {v}}.Encode())
+			if (ours == nil) != (theirs == nil) {
+				t.Errorf("%s=%q: millrace says %v, go-redis %v", name, v, ours, theirs)
+			}
+		}
 	}
 }
 
