@@ -165,6 +165,11 @@ func TestURLPartsRefused(t *testing.T) {
 			}
 		}
 	}
+	// Opening names a parameter Config.Validate refuses (no connection is made).
+	_, err := brokerurl.OpenAdapter(context.Background(), "sqs+http://127.0.0.1:1?processing_budget=1s&visibility=61.5s", brokerurl.Options{})
+	if !errors.Is(err, millrace.ErrInvalidConfig) || !errors.Is(err, brokerurl.ErrInvalidURL) || !strings.Contains(err.Error(), `parameter visibility="61.5s"`) {
+		t.Errorf("OpenAdapter, visibility=61.5s: %v, want the parameter's error, ErrInvalidConfig too", err)
+	}
 	for _, ok := range []string{"sqs+http://127.0.0.1:19324/?processing_budget=1s", "sqs+http://127.0.0.1:19324?processing_budget=1s"} {
 		if _, err := configFromURL(mustParseURL(t, ok), brokerurl.Options{}); err != nil {
 			t.Errorf("%s: %v, want accepted", ok, err)
