@@ -16,8 +16,12 @@ func init() { brokerurl.RegisterStore(urlOpener{}) }
 // urlOpener opens the table store from a postgres:// URL.
 type urlOpener struct{}
 
+// Schemes returns "postgres" and "postgresql".
 func (urlOpener) Schemes() []string { return []string{"postgres", "postgresql"} }
 
+// OpenStore opens the table store u names (Open: it connects and checks the server answers):
+// u is pgx's connection string, and opts.Schema and opts.Table name the table (DefaultSchema and DefaultTable when empty). The other
+// StoreOptions, which select a broker's destination, do not apply.
 func (urlOpener) OpenStore(ctx context.Context, u *url.URL, opts brokerurl.StoreOptions) (deadletter.Store, error) {
 	return Open(ctx, u.String(), Config{Schema: opts.Schema, Table: opts.Table})
 }
