@@ -20,8 +20,9 @@ type urlOpener struct{}
 func (urlOpener) Schemes() []string { return []string{"postgres", "postgresql"} }
 
 // OpenStore opens the table store u names (Open: it connects and checks the server answers):
-// u is pgx's connection string, and opts.Schema and opts.Table name the table (DefaultSchema and DefaultTable when empty). The other
-// StoreOptions, which select a broker's destination, do not apply.
+// u is pgx's connection string, and opts.Schema and opts.Table name the table (DefaultSchema
+// and DefaultTable when empty). The other StoreOptions, which select a broker's destination,
+// do not apply.
 func (urlOpener) OpenStore(ctx context.Context, u *url.URL, opts brokerurl.StoreOptions) (deadletter.Store, error) {
 	return Open(ctx, u.String(), Config{Schema: opts.Schema, Table: opts.Table})
 }
