@@ -104,14 +104,17 @@ func TestPlanCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Harmless on a shared server while maxmemory is 0 (no limit, nothing is evicted); restored at once.
+	// Harmless on a shared server while maxmemory is 0 (no limit, nothing is evicted). The
+	// restore is registered before the change, so that it runs whatever fails after it.
+	t.Cleanup(func() {
+		if err := c.ConfigSet(context.Background(), "maxmemory-policy", old["maxmemory-policy"]).Err(); err != nil {
+			t.Errorf("restore maxmemory-policy %q: %v", old["maxmemory-policy"], err)
+		}
+	})
 	if err := c.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
 		t.Fatal(err)
 	}
 	r = planRedis(t, spec, raw, true)
-	if err := c.ConfigSet(ctx, "maxmemory-policy", old["maxmemory-policy"]).Err(); err != nil {
-		t.Fatal(err)
-	}
 	if ms := r.Brokers[0].Mismatches; r.OK || len(ms) != 1 || ms[0].Setting != "maxmemory-policy" || ms[0].Got != "allkeys-lru" {
 		t.Fatalf("allkeys-lru: %+v", ms)
 	}
