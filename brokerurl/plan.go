@@ -59,9 +59,10 @@ type PlanOptions struct {
 }
 
 // Plan plans spec on each broker of rawURLs and assembles the report (plan.Build). The error is
-// for a spec that is not valid on its own (plan.Spec.Validate), a URL no driver plans, and,
-// with Check, a broker that cannot be reached or read; rules that fail and mismatches are in
-// the report (Report.OK false).
+// for a spec that is not valid on its own (plan.Spec.Validate) and a URL no driver plans; rules
+// that fail, mismatches and, with Check, a broker that cannot be reached or read
+// (BrokerResult.CheckError) are in the report (Report.OK false), the other brokers' results
+// with them.
 func (m *Mux) Plan(ctx context.Context, spec plan.Spec, rawURLs []string, opts PlanOptions) (plan.Report, error) {
 	if err := spec.Validate(); err != nil {
 		return plan.Report{}, err
@@ -88,9 +89,11 @@ func (m *Mux) Plan(ctx context.Context, spec plan.Spec, rawURLs []string, opts P
 		if opts.Check {
 			ms, err := m.check(ctx, d, u, spec, bp, opts.Broker)
 			if err != nil {
-				return plan.Report{}, fmt.Errorf("check %s: %w", bp.URL, err)
+				// The driver's error names the URL ("connect to <URL>: ...").
+				res.CheckError = err.Error()
+			} else {
+				res.Checked, res.Mismatches = true, ms
 			}
-			res.Checked, res.Mismatches = true, ms
 		}
 		results = append(results, res)
 	}

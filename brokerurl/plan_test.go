@@ -23,10 +23,14 @@ type planDriver struct {
 	planner bool
 	checked *[]string // URLs whose Check ran
 	ms      []plan.Mismatch
+	openErr error // Open's error
 }
 
 func (d planDriver) Schemes() []string { return []string{d.scheme} }
 func (d planDriver) Open(context.Context, *url.URL, brokerurl.Options) (brokerurl.Broker, error) {
+	if d.openErr != nil {
+		return nil, d.openErr
+	}
 	return &planBroker{d: d}, nil
 }
 func (d planDriver) OpenAdapter(context.Context, *url.URL, brokerurl.Options) (millrace.Adapter, error) {
@@ -107,6 +111,36 @@ func TestMuxPlan(t *testing.T) {
 	}
 	if d, u, err := m.Driver("good://h/x"); err != nil || d.Schemes()[0] != "good" || u.Path != "/x" {
 		t.Errorf("Driver = %v, %v, %v", d, u, err)
+	}
+}
+
+// TestMuxPlanCheckError: a broker that cannot be reached is reported as not checked, with the
+// driver's error (which names its URL) once; the other brokers' results stay in the report.
+func TestMuxPlanCheckError(t *testing.T) {
+	var checked []string
+	m := brokerurl.NewMux()
+	m.Register(plannerDriver{planDriver{scheme: "drift", checked: &checked, ms: []plan.Mismatch{{Resource: "queue q", Setting: "ttl", Want: "1", Got: "2"}}}})
+	m.Register(plannerDriver{planDriver{scheme: "down", checked: &checked, openErr: errors.New("connect to down://h: connection refused")}})
+	spec := plan.Spec{Topic: "t", Policy: millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(time.Second)}}
+
+	r, err := m.Plan(context.Background(), spec, []string{"drift://h", "down://h", "drift://h2"}, brokerurl.PlanOptions{Check: true})
+	if err != nil {
+		t.Fatalf("Plan: %v, want the failure in the report", err)
+	}
+	if r.OK || len(r.Brokers) != 3 || len(checked) != 2 {
+		t.Fatalf("OK %v, %d brokers, checked %v", r.OK, len(r.Brokers), checked)
+	}
+	down := r.Brokers[1]
+	if down.Checked || down.CheckError != "connect to down://h: connection refused" || down.URL != "down://h" {
+		t.Errorf("unreachable broker: %+v", down)
+	}
+	for _, i := range []int{0, 2} {
+		if b := r.Brokers[i]; !b.Checked || len(b.Mismatches) != 1 || b.CheckError != "" {
+			t.Errorf("broker %d: %+v", i, b)
+		}
+	}
+	if p := strings.Join(r.Problems(), "\n"); strings.Count(p, "down://h") != 1 || !strings.Contains(p, "could not be checked") {
+		t.Errorf("problems %q: want the unreachable broker named once", p)
 	}
 }
 

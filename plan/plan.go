@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,15 +32,31 @@ type BrokerPlan struct {
 	DeadLetter string `json:"dead_letter"`
 	// Steps are the retries as the broker applies them, one per failed attempt but the last.
 	Steps []Step `json:"retries"`
-	// GiveUp is the time from the first attempt's start to the dead letter, set by Build.
-	GiveUp Range `json:"give_up"`
+	// GiveUp is the time from the first attempt's start to the dead letter, set by Build; nil
+	// when the plan is Invalid.
+	GiveUp *Range `json:"give_up,omitempty"`
 	// Rules are the rules checked for this broker, each as its owner's Validate answered.
 	Rules []Rule `json:"rules"`
 	// Traits are the broker's properties that the differences table compares.
 	Traits []Trait `json:"traits"`
 	// Notes are remarks for operators that are no rule (e.g. a setting the plan assumes).
 	Notes []string `json:"notes,omitempty"`
+	// Invalid is true when a rule of the broker's configuration or of the policy on this
+	// broker failed (every rule of Rules but the idempotency lease's): the adapter would refuse
+	// to start, so Build drops the topology, the retries and the give-up time computed from
+	// them, and the report writes InvalidValue in their place.
+	Invalid bool `json:"invalid,omitempty"`
+
+	// configInvalid is true when the adapter's own Config.Validate failed (ConfigRule): the
+	// traits computed from the configuration do not hold either.
+	configInvalid bool
+	// configTraits names the traits set with SetConfigTrait.
+	configTraits []string
 }
+
+// InvalidValue is what the report writes for a value computed from a configuration or a policy
+// that failed its rules, in the differences table and in place of the topology.
+const InvalidValue = "invalid: see rules"
 
 // Resource is one broker object Provision declares.
 type Resource struct {
@@ -218,6 +235,38 @@ func (bp *BrokerPlan) AddRule(check, by string, err error, passDetail string) {
 	bp.Rules = append(bp.Rules, Checked(check, by, err, passDetail))
 }
 
+// ConfigRule puts the rule of the adapter's own Config.Validate first among the rules (see
+// Checked). When err is not nil the configuration is invalid: the traits computed from it
+// (the longest delay, the delivery limit, the processing budget bound, and those set with
+// SetConfigTrait, before or after) become InvalidValue, and the plan is Invalid. A planner
+// that can still compute one of them from the valid part of the configuration sets it again
+// afterwards with SetTrait.
+func (bp *BrokerPlan) ConfigRule(check, by string, err error, passDetail string) {
+	bp.Rules = append([]Rule{Checked(check, by, err, passDetail)}, bp.Rules...)
+	if err == nil {
+		return
+	}
+	bp.Invalid, bp.configInvalid = true, true
+	for _, name := range append([]string{TraitLongestDelay, TraitDeliveryLimit, TraitBudget}, bp.configTraits...) {
+		bp.SetTrait(name, InvalidValue)
+	}
+}
+
+// ConfigInvalid reports whether the adapter's Config.Validate failed (ConfigRule).
+func (bp BrokerPlan) ConfigInvalid() bool { return bp.configInvalid }
+
+// SetConfigTrait sets a trait whose value is computed from the adapter's configuration:
+// InvalidValue when the configuration failed its rule (ConfigRule), else value.
+func (bp *BrokerPlan) SetConfigTrait(name, value string) {
+	if !slices.Contains(bp.configTraits, name) {
+		bp.configTraits = append(bp.configTraits, name)
+	}
+	if bp.configInvalid {
+		value = InvalidValue
+	}
+	bp.SetTrait(name, value)
+}
+
 // SetTrait sets the trait name to value, appending it when it is new.
 func (bp *BrokerPlan) SetTrait(name, value string) {
 	for i := range bp.Traits {
@@ -228,6 +277,9 @@ func (bp *BrokerPlan) SetTrait(name, value string) {
 	}
 	bp.Traits = append(bp.Traits, Trait{Name: name, Value: value})
 }
+
+// Trait returns the value of the trait name, "" when the plan has none.
+func (bp BrokerPlan) Trait(name string) string { return traitValue(bp.Traits, name) }
 
 // Failed reports whether a rule failed.
 func (bp BrokerPlan) Failed() bool {

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -252,7 +255,7 @@ func TestDifferences(t *testing.T) {
 			t.Errorf("trait %q is listed though equal: %v", same, got[same])
 		}
 	}
-	if r.Brokers[0].GiveUp != r.Brokers[1].GiveUp {
+	if *r.Brokers[0].GiveUp != *r.Brokers[1].GiveUp {
 		t.Errorf("give-up differs: %v vs %v", r.Brokers[0].GiveUp, r.Brokers[1].GiveUp)
 	}
 	if one := plan.Build(fieldReport(50*time.Second), r.Brokers[:1]); one.Differences != nil {
@@ -317,5 +320,168 @@ func TestWriteJSON(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), `"min": "4m0s"`) {
 		t.Errorf("durations are not duration text:\n%s", buf.String())
+	}
+}
+
+// TestInvalidConfiguration: when the adapter's Config.Validate refuses the configuration, the
+// values computed from it would not hold: the differences table and the topology say so, in
+// text and in JSON, and the other broker's values are kept.
+func TestInvalidConfiguration(t *testing.T) {
+	spec := fieldReport(104 * time.Second)
+	good := plan.New(spec, fakeAdapter{caps: millrace.Capabilities{Broker: "good", MaxTiers: 8, CarriesLastError: true}})
+	good.URL = "good://h"
+	good.Topology = []plan.Resource{{Kind: "topic", Name: "push.requested.retry", Role: "retry 1m0s"}}
+	bad := plan.New(spec, boundedAdapter{fakeAdapter{caps: millrace.Capabilities{Broker: "bad", PerMessageDelay: true,
+		MaxDelay: time.Hour, DeliveryLimit: 9}}, 104 * time.Second})
+	bad.URL = "bad://h"
+	bad.Topology = []plan.Resource{{Kind: "queue", Name: "push-requested", Role: "work", Settings: []plan.Setting{{Name: "VisibilityTimeout", Value: "60"}}}}
+	bad.SetConfigTrait("redelivered", "after 1m0s")
+	bad.ConfigRule("budget below visibility", "bad.Config.Validate", errors.New("bad.Config.ProcessingBudget = 1m44s: must be at most 59s"), "")
+	bad.SetConfigTrait("concurrency", "one at a time")
+	if !bad.ConfigInvalid() || bad.Rules[0].By != "bad.Config.Validate" {
+		t.Fatalf("ConfigRule: invalid %v, rules %+v", bad.ConfigInvalid(), bad.Rules)
+	}
+	r := plan.Build(spec, []plan.BrokerResult{{BrokerPlan: good}, {BrokerPlan: bad}})
+	if r.OK || r.Brokers[0].Invalid || !r.Brokers[1].Invalid {
+		t.Fatalf("OK %v, invalid %v %v", r.OK, r.Brokers[0].Invalid, r.Brokers[1].Invalid)
+	}
+	b := r.Brokers[1]
+	if b.Topology != nil || b.Steps != nil || b.GiveUp != nil {
+		t.Errorf("invalid plan keeps topology %+v, steps %+v, give-up %v", b.Topology, b.Steps, b.GiveUp)
+	}
+	if r.Brokers[0].GiveUp == nil || len(r.Brokers[0].Topology) != 1 {
+		t.Errorf("the valid broker lost its plan: %+v", r.Brokers[0])
+	}
+	for _, name := range []string{plan.TraitBudget, plan.TraitLongestDelay, plan.TraitDeliveryLimit, plan.TraitGiveUp, "redelivered", "concurrency"} {
+		if v := b.Trait(name); v != plan.InvalidValue {
+			t.Errorf("trait %q = %q, want %q", name, v, plan.InvalidValue)
+		}
+	}
+	// What the configuration does not decide holds.
+	if v := b.Trait(plan.TraitDelays); v != "any delay, chosen per message" {
+		t.Errorf("retry delays = %q", v)
+	}
+	if v := r.Brokers[0].Trait(plan.TraitGiveUp); v != "4m0s to 12m40s" {
+		t.Errorf("valid broker's give-up = %q", v)
+	}
+
+	var buf bytes.Buffer
+	if err := r.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	_, badText, _ := strings.Cut(out, "bad://h (bad)")
+	badText, _, _ = strings.Cut(badText, "where the brokers differ")
+	for _, want := range []string{"  topology: invalid: see rules\n", "  give-up: invalid: see rules\n",
+		"FAIL  budget below visibility [bad.Config.Validate]: bad.Config.ProcessingBudget = 1m44s"} {
+		if !strings.Contains(badText, want) {
+			t.Errorf("invalid broker's text lacks %q:\n%s", want, badText)
+		}
+	}
+	for _, not := range []string{"push-requested", "VisibilityTimeout", "retries", "after attempts"} {
+		if strings.Contains(badText, not) {
+			t.Errorf("invalid broker's text shows %q:\n%s", not, badText)
+		}
+	}
+	if !regexp.MustCompile(`processing budget bound +none: a slow handler keeps its message +invalid: see rules`).MatchString(out) ||
+		strings.Contains(out, "1m44s: a longer handler") {
+		t.Errorf("differences table does not mark the bound invalid:\n%s", out)
+	}
+
+	buf.Reset()
+	if err := r.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Brokers []map[string]any `json:"brokers"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if j := back.Brokers[1]; j["invalid"] != true || j["give_up"] != nil || j["topology"] != nil || j["retries"] != nil {
+		t.Errorf("JSON of the invalid broker: %v", j)
+	}
+	if j := back.Brokers[0]; j["invalid"] != nil || j["give_up"] == nil {
+		t.Errorf("JSON of the valid broker: %v", j)
+	}
+}
+
+// TestInvalidPolicy: a policy the broker refuses (jitter on a tiered broker) leaves the
+// configuration's traits as they are, but no topology, retries or give-up time.
+func TestInvalidPolicy(t *testing.T) {
+	spec := fieldReport(50 * time.Second)
+	spec.Policy.Backoff = millrace.Exponential{Initial: time.Second, Max: time.Minute, Jitter: 0.2}
+	bp := plan.New(spec, fakeAdapter{caps: millrace.Capabilities{Broker: "tiered", MaxTiers: 8}})
+	bp.URL = "tiered://h"
+	bp.Topology = []plan.Resource{{Kind: "topic", Name: "push.requested.retry.1s", Role: "retry 1s"}}
+	r := plan.Build(spec, []plan.BrokerResult{{BrokerPlan: bp}})
+	b := r.Brokers[0]
+	if r.OK || !b.Invalid || b.ConfigInvalid() || b.Topology != nil || b.GiveUp != nil {
+		t.Fatalf("OK %v, invalid %v, config invalid %v, topology %+v, give-up %v", r.OK, b.Invalid, b.ConfigInvalid(), b.Topology, b.GiveUp)
+	}
+	if b.Trait(plan.TraitGiveUp) != plan.InvalidValue || b.Trait(plan.TraitBudget) != "none: a slow handler keeps its message" {
+		t.Errorf("traits %+v", b.Traits)
+	}
+	var buf bytes.Buffer
+	if err := r.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if out := buf.String(); !strings.Contains(out, "topology: invalid: see rules") || strings.Contains(out, "retry.1s") {
+		t.Errorf("text:\n%s", out)
+	}
+	// A failing lease alone leaves the broker's plan valid: it is no rule of the broker.
+	spec = fieldReport(50 * time.Second)
+	spec.Lease = 15 * time.Minute
+	r = plan.Build(spec, []plan.BrokerResult{{BrokerPlan: plan.New(spec, fakeAdapter{caps: millrace.Capabilities{Broker: "x", PerMessageDelay: true}})}})
+	if r.OK || r.Brokers[0].Invalid || r.Brokers[0].GiveUp == nil {
+		t.Errorf("lease refused: OK %v, invalid %v, give-up %v", r.OK, r.Brokers[0].Invalid, r.Brokers[0].GiveUp)
+	}
+}
+
+// TestCheckError: a broker that could not be checked keeps its place in the report, says why
+// (its URL once), and fails the report; the other brokers' results are all there.
+func TestCheckError(t *testing.T) {
+	r := twoBrokers(t, 50*time.Second)
+	r.Brokers[0].Checked = true
+	for i := range 5 {
+		r.Brokers[0].Mismatches = append(r.Brokers[0].Mismatches, plan.Mismatch{Resource: "topic t", Setting: fmt.Sprint("s", i), Want: "1", Got: "2"})
+	}
+	r.Brokers[1].CheckError = "connect to bounded://h: connection refused"
+	r = plan.Build(fieldReport(50*time.Second), r.Brokers)
+	if r.OK {
+		t.Fatal("a broker could not be checked: report OK")
+	}
+	var buf bytes.Buffer
+	if err := r.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{
+		"check: 5 mismatches\n",
+		"check: could not be checked: connect to bounded://h: connection refused\n",
+		"result: FAIL (5 live settings differ from the plan, 1 broker could not be checked)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "mismatchs") {
+		t.Errorf("text says mismatchs:\n%s", out)
+	}
+	problems := r.Problems()
+	if last := problems[len(problems)-1]; last != "could not be checked: connect to bounded://h: connection refused" {
+		t.Errorf("problem %q: want the URL once", last)
+	}
+	// An error that does not name the URL is given it.
+	r.Brokers[1].CheckError = "timeout"
+	if p := r.Problems(); p[len(p)-1] != "bounded://h: could not be checked: timeout" {
+		t.Errorf("problem %q", p[len(p)-1])
+	}
+	buf.Reset()
+	if err := r.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), `"check_error": "timeout"`) {
+		t.Errorf("JSON lacks check_error:\n%s", buf.String())
 	}
 }

@@ -46,6 +46,9 @@ type BrokerResult struct {
 	BrokerPlan
 	// Checked is true when the live broker's settings were compared with the plan.
 	Checked bool `json:"checked"`
+	// CheckError is why the live broker's settings could not be read ("" when they were, or
+	// when no check was asked for); Checked is then false and the report is not OK.
+	CheckError string `json:"check_error,omitempty"`
 	// Mismatches lists the live settings that differ from the plan.
 	Mismatches []Mismatch `json:"mismatches,omitempty"`
 }
@@ -69,18 +72,27 @@ func Build(spec Spec, brokers []BrokerResult) Report {
 	}
 	for i := range r.Brokers {
 		b := &r.Brokers[i]
+		// Every rule so far is the broker's configuration's or the policy's on it: when one
+		// failed, the adapter would not start and what follows from them would not hold.
+		b.Invalid = b.Invalid || b.Failed()
 		if spec.Lease > 0 && spec.Budget == 0 {
 			// The budget is the adapter's: the lease is checked against each broker's.
 			b.Rules = append(b.Rules, leaseRule(spec, time.Duration(b.Budget)))
 		}
-		b.GiveUp = GiveUp(spec.Policy.MaxAttempts, b.Steps, time.Duration(b.Budget))
 		b.SetTrait(TraitDeadLetter, b.DeadLetter)
-		b.SetTrait(TraitGiveUp, b.GiveUp.String())
+		if b.Invalid {
+			b.Topology, b.Steps, b.GiveUp = nil, nil, nil
+			b.SetTrait(TraitGiveUp, InvalidValue)
+			continue
+		}
+		g := GiveUp(spec.Policy.MaxAttempts, b.Steps, time.Duration(b.Budget))
+		b.GiveUp = &g
+		b.SetTrait(TraitGiveUp, g.String())
 	}
 	r.Differences = differences(r.Brokers)
 	r.OK = !failed(r.Rules)
 	for _, b := range r.Brokers {
-		if b.Failed() || len(b.Mismatches) > 0 {
+		if b.Failed() || len(b.Mismatches) > 0 || b.CheckError != "" {
 			r.OK = false
 		}
 	}
@@ -231,7 +243,7 @@ func (r Report) WriteText(w io.Writer) error {
 
 // failures counts what failed, for the result line.
 func (r Report) failures() string {
-	rules, mism := 0, 0
+	rules, mism, unchecked := 0, 0, 0
 	count := func(rs []Rule) {
 		for _, x := range rs {
 			if x.Status == Fail {
@@ -243,6 +255,9 @@ func (r Report) failures() string {
 	for _, b := range r.Brokers {
 		count(b.Rules)
 		mism += len(b.Mismatches)
+		if b.CheckError != "" {
+			unchecked++
+		}
 	}
 	var parts []string
 	if rules > 0 {
@@ -252,6 +267,11 @@ func (r Report) failures() string {
 		parts = append(parts, "1 live setting differs from the plan")
 	} else if mism > 1 {
 		parts = append(parts, plural(mism, "live setting")+" differ from the plan")
+	}
+	if unchecked == 1 {
+		parts = append(parts, "1 broker could not be checked")
+	} else if unchecked > 1 {
+		parts = append(parts, plural(unchecked, "broker")+" could not be checked")
 	}
 	return strings.Join(parts, ", ")
 }
@@ -273,13 +293,31 @@ func (r Report) Problems() []string {
 		for _, m := range b.Mismatches {
 			out = append(out, b.URL+": "+m.String())
 		}
+		if b.CheckError != "" {
+			out = append(out, b.checkProblem())
+		}
 	}
 	return out
 }
 
+// checkProblem is the line saying the broker could not be checked, naming its URL once: a
+// driver's error names it already ("connect to <URL>: ...").
+func (b BrokerResult) checkProblem() string {
+	if strings.Contains(b.CheckError, b.URL) {
+		return "could not be checked: " + b.CheckError
+	}
+	return b.URL + ": could not be checked: " + b.CheckError
+}
+
+// plural writes n and what, in the plural unless n is 1: "2 rules", "5 mismatches".
 func plural(n int, what string) string {
 	if n == 1 {
 		return "1 " + what
+	}
+	for _, end := range []string{"s", "sh", "ch", "x", "z"} {
+		if strings.HasSuffix(what, end) {
+			return fmt.Sprintf("%d %ses", n, what)
+		}
 	}
 	return fmt.Sprintf("%d %ss", n, what)
 }
@@ -310,6 +348,14 @@ func writeRules(b *strings.Builder, indent string, rules []Rule) {
 
 func writeBroker(b *strings.Builder, br BrokerResult) {
 	fmt.Fprintf(b, "\n%s (%s)\n", br.URL, br.Broker)
+	if br.Invalid {
+		// What the topology, the retries and the give-up time would be does not hold: the
+		// adapter refuses this configuration or this policy.
+		b.WriteString("  topology: " + InvalidValue + "\n")
+		b.WriteString("  give-up: " + InvalidValue + "\n")
+		writeBrokerRules(b, br)
+		return
+	}
 	b.WriteString("  topology\n")
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 	for _, res := range br.Topology {
@@ -351,11 +397,23 @@ func writeBroker(b *strings.Builder, br BrokerResult) {
 	if br.Budget > 0 {
 		budget = "budget " + br.Budget.String() + " per attempt"
 	}
-	fmt.Fprintf(b, "  give-up: %s after the first attempt starts (%s), into %s\n", br.GiveUp, budget, br.DeadLetter)
+	giveUp := ""
+	if br.GiveUp != nil {
+		giveUp = br.GiveUp.String()
+	}
+	fmt.Fprintf(b, "  give-up: %s after the first attempt starts (%s), into %s\n", giveUp, budget, br.DeadLetter)
+	writeBrokerRules(b, br)
+}
+
+// writeBrokerRules writes a broker's rules, notes and the result of its check.
+func writeBrokerRules(b *strings.Builder, br BrokerResult) {
 	b.WriteString("  rules\n")
 	writeRules(b, "    ", br.Rules)
 	for _, n := range br.Notes {
 		fmt.Fprintf(b, "  note: %s\n", n)
+	}
+	if br.CheckError != "" {
+		fmt.Fprintf(b, "  check: could not be checked: %s\n", br.CheckError)
 	}
 	if br.Checked {
 		if len(br.Mismatches) == 0 {

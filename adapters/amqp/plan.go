@@ -33,8 +33,8 @@ func (urlDriver) Plan(u *url.URL, spec plan.Spec) (plan.BrokerPlan, error) {
 	cfg.setDefaults()
 	a := &Adapter{cfg: cfg} // never connected: only its configuration is read
 	bp := plan.New(spec, a)
-	bp.Rules = append([]plan.Rule{plan.Checked("queue type classic or quorum; counts and durations not negative; topic names",
-		"amqp.Config.Validate", cfgErr, "queue type "+string(cfg.QueueType))}, bp.Rules...)
+	bp.ConfigRule("queue type classic or quorum; counts and durations not negative; topic names",
+		"amqp.Config.Validate", cfgErr, "queue type "+string(cfg.QueueType))
 	if cfg.QueueType != Quorum { // for quorum queues, RetryPolicy.ValidateFor checks x-delivery-limit
 		bp.Rules = append(bp.Rules, plan.Rule{Check: "attempts within the quorum queue's x-delivery-limit", By: "amqp.Adapter.Capabilities",
 			Status: plan.NotApplicable, Detail: "classic queues have no delivery limit: a message that crashes its consumer every time is redelivered for ever (queue_type=quorum bounds it)"})
@@ -64,9 +64,9 @@ func (urlDriver) Plan(u *url.URL, spec plan.Spec) (plan.BrokerPlan, error) {
 		bp.SetTrait(plan.TraitAttempts, "the broker (x-death, the redelivered flag): crash redeliveries count as one attempt however many")
 	}
 	bp.SetTrait(plan.TraitRetry, "the same message, dead-lettered through a TTL retry queue (a copy for a tier other than the first delay's)")
-	bp.SetTrait(plan.TraitUnacked, "after RequeueDelay ("+cfg.RequeueDelay.String()+") requeued; after a crash, at once")
+	bp.SetConfigTrait(plan.TraitUnacked, "after RequeueDelay ("+cfg.RequeueDelay.String()+") requeued; after a crash, at once")
 	bp.SetTrait(plan.TraitPayload, "any bytes")
-	bp.SetTrait(plan.TraitConcurrency, fmt.Sprintf("up to %d messages per subscription (Prefetch)", cfg.Prefetch))
+	bp.SetConfigTrait(plan.TraitConcurrency, fmt.Sprintf("up to %d messages per subscription (Prefetch)", cfg.Prefetch))
 	return bp, nil
 }
 

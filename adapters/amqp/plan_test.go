@@ -127,3 +127,25 @@ func TestPlanCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanInvalidPolicy: a jittered backoff cannot be tiered; the plan shows no retry queues
+// that the adapter would refuse to run, and says why.
+func TestPlanInvalidPolicy(t *testing.T) {
+	spec := fieldReportSpec("hub", 50*time.Second)
+	spec.Policy.Backoff = millrace.Exponential{Initial: time.Minute, Max: 4 * time.Minute, Jitter: 0.1}
+	r := planAMQP(t, spec, "amqp://guest:guest@127.0.0.1:5672/", false)
+	b := r.Brokers[0]
+	if r.OK || !strings.Contains(strings.Join(r.Problems(), "\n"), "RetryPolicy.Backoff.Jitter") {
+		t.Fatalf("jitter on RabbitMQ: %q", r.Problems())
+	}
+	if !b.Invalid || b.Topology != nil || b.Steps != nil || b.GiveUp != nil || b.Trait(plan.TraitGiveUp) != plan.InvalidValue {
+		t.Errorf("invalid %v, topology %+v, steps %+v, give-up %v", b.Invalid, b.Topology, b.Steps, b.GiveUp)
+	}
+	var out strings.Builder
+	if err := r.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "topology: invalid: see rules") || strings.Contains(out.String(), "hub.retry") {
+		t.Errorf("text:\n%s", out.String())
+	}
+}

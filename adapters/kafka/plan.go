@@ -83,9 +83,9 @@ func planConfig(cfg Config, cfgErr error, spec plan.Spec) plan.BrokerPlan {
 	cfg = cfg.withDefaults()
 	a := &Adapter{cfg: cfg} // never connected: plan.New calls Capabilities and DeadLetterTopic
 	bp := plan.New(spec, a)
-	bp.Rules = append([]plan.Rule{plan.Checked("retry retention > MaxDelay; counts and durations not negative; transactions need Kafka 2.5",
+	bp.ConfigRule("retry retention > MaxDelay; counts and durations not negative; transactions need Kafka 2.5",
 		"kafka.Config.Validate", cfgErr,
-		fmt.Sprintf("retry retention %s > max delay %s", cfg.RetryRetention, cfg.MaxDelay))}, bp.Rules...)
+		fmt.Sprintf("retry retention %s > max delay %s", cfg.RetryRetention, cfg.MaxDelay))
 
 	tp := planTopics(cfg, spec.Topic, spec.Policy)
 	var retErr error
@@ -128,14 +128,14 @@ func planConfig(cfg Config, cfgErr error, spec plan.Spec) plan.BrokerPlan {
 		}
 	}
 	bp.SetTrait(plan.TraitRetry, "a new record in a retry topic; the original's offset is committed")
-	bp.SetTrait(plan.TraitUnacked, "after NackDelay ("+cfg.NackDelay.String()+") in the same consumer; after a crash, once the group rebalances")
+	bp.SetConfigTrait(plan.TraitUnacked, "after NackDelay ("+cfg.NackDelay.String()+") in the same consumer; after a crash, once the group rebalances")
 	bp.SetTrait(plan.TraitPayload, "any bytes")
-	bp.SetTrait(plan.TraitConcurrency, fmt.Sprintf("every partition in parallel, up to %d records each (MaxInFlight), one at a time per key", cfg.MaxInFlight))
+	bp.SetConfigTrait(plan.TraitConcurrency, fmt.Sprintf("every partition in parallel, up to %d records each (MaxInFlight), one at a time per key", cfg.MaxInFlight))
 	mode := "transactional (exactly one retry or dead letter per failure)"
 	if cfg.AtLeastOnce {
 		mode = "at least once (a crash may repeat a retry or dead letter)"
 	}
-	bp.SetTrait("retry and offset written", mode)
+	bp.SetConfigTrait("retry and offset written", mode)
 	return bp
 }
 

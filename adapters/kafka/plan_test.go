@@ -50,6 +50,11 @@ func TestPlanFieldReport(t *testing.T) {
 	if r.OK || !strings.Contains(strings.Join(r.Problems(), "\n"), "RetryPolicy.Backoff.Jitter") {
 		t.Errorf("jitter on Kafka: %q", r.Problems())
 	}
+	// No tiers are planned that the adapter would refuse to run.
+	if b := r.Brokers[0]; !b.Invalid || b.Topology != nil || b.Steps != nil || b.GiveUp != nil || b.Trait(plan.TraitGiveUp) != plan.InvalidValue {
+		t.Errorf("jitter on Kafka: invalid %v, topology %+v, steps %+v, give-up %v", b.Invalid, b.Topology, b.Steps, b.GiveUp)
+	}
+
 	// Several delays: one topic each, named by the delay.
 	spec.Policy.Backoff = millrace.Delays{10 * time.Second, time.Minute}
 	r = planKafka(t, spec, "kafka://127.0.0.1:19092", false)

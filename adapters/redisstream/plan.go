@@ -52,9 +52,9 @@ func (urlDriver) Plan(u *url.URL, spec plan.Spec) (plan.BrokerPlan, error) {
 	cfg.setDefaults()
 	a := &Adapter{cfg: cfg} // never connected: only its configuration is read
 	bp := plan.New(spec, a)
-	bp.Rules = append([]plan.Rule{plan.Checked("reclaim idle time (min_idle) >= processing budget; counts and durations not negative",
+	bp.ConfigRule("reclaim idle time (min_idle) >= processing budget; counts and durations not negative",
 		"redisstream.Config.Validate", cfgErr,
-		fmt.Sprintf("min idle %s >= processing budget %s", cfg.MinIdle, cfg.ProcessingBudget))}, bp.Rules...)
+		fmt.Sprintf("min idle %s >= processing budget %s", cfg.MinIdle, cfg.ProcessingBudget))
 	bp.AddRule("the router's budget is set (positive) and within the processing budget", "redisstream.Adapter.ValidateBudget",
 		a.ValidateBudget(spec.Budget), fmt.Sprintf("budget %s <= %s", bp.Budget, cfg.ProcessingBudget))
 	bp.Rules = append(bp.Rules, plan.Rule{Check: "maxmemory-policy keeps the streams (noeviction or volatile-*)",
@@ -80,10 +80,10 @@ func (urlDriver) Plan(u *url.URL, spec plan.Spec) (plan.BrokerPlan, error) {
 		bp.Steps[i].Via = schedule + " (the entry stays pending)"
 	}
 	bp.SetTrait(plan.TraitRetry, "the same entry, left pending; the retry schedule claims it when due")
-	bp.SetTrait(plan.TraitUnacked, fmt.Sprintf("after %s idle (min_idle), found within %s (recover interval); after a crash too", cfg.MinIdle, cfg.RecoverInterval))
+	bp.SetConfigTrait(plan.TraitUnacked, fmt.Sprintf("after %s idle (min_idle), found within %s (recover interval); after a crash too", cfg.MinIdle, cfg.RecoverInterval))
 	bp.SetTrait(plan.TraitPayload, "any bytes")
-	bp.SetTrait(plan.TraitConcurrency, fmt.Sprintf("up to %d entries per subscription (Window)", cfg.Window))
-	bp.SetTrait("retry delay resolution", cfg.ReclaimInterval.String()+" (reclaim interval)")
+	bp.SetConfigTrait(plan.TraitConcurrency, fmt.Sprintf("up to %d entries per subscription (Window)", cfg.Window))
+	bp.SetConfigTrait("retry delay resolution", cfg.ReclaimInterval.String()+" (reclaim interval)")
 	return bp, nil
 }
 

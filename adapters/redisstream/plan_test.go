@@ -50,6 +50,11 @@ func TestPlanRules(t *testing.T) {
 	if r.OK || !strings.Contains(strings.Join(r.Problems(), "\n"), "redisstream.Config.MinIdle = 10s") {
 		t.Errorf("min_idle 10s under budget 50s: %q", r.Problems())
 	}
+	// The refused configuration's values are not shown as if they held.
+	if b := r.Brokers[0]; !b.Invalid || b.Topology != nil || b.GiveUp != nil || b.Trait(plan.TraitUnacked) != plan.InvalidValue ||
+		b.Trait(plan.TraitBudget) != plan.InvalidValue || b.Trait(plan.TraitPayload) != "any bytes" {
+		t.Errorf("min_idle 10s: invalid %v, topology %+v, give-up %v, traits %+v", b.Invalid, b.Topology, b.GiveUp, b.Traits)
+	}
 }
 
 func TestCheckMaxmemoryPolicy(t *testing.T) {

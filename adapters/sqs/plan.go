@@ -27,17 +27,49 @@ const attrDelay = "DelaySeconds"
 const MaxDelaySeconds = 15 * time.Minute
 
 // Plan plans spec on the SQS endpoint u names, offline. The URL's processing_budget defaults to
-// spec.Budget: the adapter's ProcessingBudget is the router's budget.
+// spec.Budget: the adapter's ProcessingBudget is the router's budget. Without either the
+// error (wrapping brokerurl.ErrInvalidURL) says that both set it.
 func (urlDriver) Plan(u *url.URL, spec plan.Spec) (plan.BrokerPlan, error) {
+	var ce *millrace.ConfigError
+	if spec.Budget == 0 && !u.Query().Has("processing_budget") {
+		// The URL's other faults first, as OpenAdapter would name them.
+		if _, err := configFromURL(u, brokerurl.Options{NoConsume: true}); err != nil && !errors.As(err, &ce) {
+			return plan.BrokerPlan{}, err
+		}
+		return plan.BrokerPlan{}, fmt.Errorf("%w: %s:// needs a processing budget to be planned, the longest a handler may run (the router's Budget), "+
+			"below the visibility timeout: the spec's budget sets it (millrace plan --budget, or budget = in a spec file), or the URL's processing_budget",
+			brokerurl.ErrInvalidURL, strings.ToLower(u.Scheme))
+	}
 	if spec.Budget > 0 {
 		u = brokerurl.WithDefaultParam(u, "processing_budget", spec.Budget.String())
 	}
 	cfg, cfgErr := configFromURL(u, brokerurl.Options{})
-	var ce *millrace.ConfigError
-	if cfgErr != nil && !errors.As(cfgErr, &ce) {
-		return plan.BrokerPlan{}, cfgErr
+	if cfgErr != nil {
+		if !errors.As(cfgErr, &ce) {
+			return plan.BrokerPlan{}, cfgErr
+		}
+		cfg, cfgErr = refusedConfig(u, cfgErr)
 	}
 	return planConfig(cfg, cfgErr, spec), nil
+}
+
+// refusedConfig reads the configuration u sets, which sqs.Config.Validate refused with refusal,
+// so that the plan can show what still follows from it (the visibility timeout's budget
+// bound): the URL's settings with the budget left out, as a broker that never consumes reads
+// them, then the budget set and the whole configuration validated. When the URL is refused
+// without the budget too, the configuration it returned (possibly none) and refusal.
+func refusedConfig(u *url.URL, refusal error) (Config, error) {
+	budget := brokerurl.NewParams(u).Duration("processing_budget", 0) // parsed once already
+	q := u.Query()
+	q.Del("processing_budget")
+	without := *u
+	without.RawQuery = q.Encode()
+	cfg, err := configFromURL(&without, brokerurl.Options{NoConsume: true})
+	if err != nil && cfg.Endpoint == "" {
+		return cfg, refusal
+	}
+	cfg.ProcessingBudget = budget
+	return cfg, cfg.Validate()
 }
 
 // planConfig is the plan of spec under cfg, whose Validate answered cfgErr.
@@ -45,11 +77,29 @@ func planConfig(cfg Config, cfgErr error, spec plan.Spec) plan.BrokerPlan {
 	cfg.setDefaults()
 	a := &Adapter{cfg: cfg} // never connected: plan.New calls Capabilities, MaxBudget, DeadLetterTopic
 	bp := plan.New(spec, a)
-	bp.Rules = append([]plan.Rule{plan.Checked(
+	bp.ConfigRule(
 		"visibility timeout whole seconds, 1s to 12h; processing budget at most visibility - 1s; retention, suffix, wait time within SQS limits",
 		"sqs.Config.Validate", cfgErr,
-		fmt.Sprintf("visibility %s; budget %s <= %s - %s", cfg.VisibilityTimeout, cfg.ProcessingBudget, cfg.VisibilityTimeout, MinVisibilityMargin))},
-		bp.Rules...)
+		fmt.Sprintf("visibility %s; budget %s <= %s - %s", cfg.VisibilityTimeout, cfg.ProcessingBudget, cfg.VisibilityTimeout, MinVisibilityMargin))
+	onlyBudget := false // the configuration is refused for its processing budget only
+	if bound, ok := budgetBound(cfg); cfgErr != nil && ok {
+		// The bound a handler really has is the visibility timeout less the margin, whatever
+		// the refused budget says; the traits of the rest of the configuration hold too.
+		onlyBudget = true
+		bp.MaxBudget = plan.Duration(bound)
+		valid := cfg
+		valid.ProcessingBudget = bound
+		vp := plan.New(spec, &Adapter{cfg: valid})
+		for _, name := range []string{plan.TraitLongestDelay, plan.TraitDeliveryLimit} {
+			bp.SetTrait(name, vp.Trait(name))
+		}
+		bp.SetTrait(plan.TraitBudget, fmt.Sprintf("%s (visibility timeout %s minus %s): a longer handler would lose its message to another consumer",
+			bound, cfg.VisibilityTimeout, MinVisibilityMargin))
+	}
+	setTrait := bp.SetConfigTrait
+	if onlyBudget {
+		setTrait = bp.SetTrait
+	}
 
 	need := retentionNeeded(spec.Policy, cfg.VisibilityTimeout)
 	bp.AddRule("a message outlives its last attempt: attempts x visibility + retries <= 14 days retention",
@@ -95,11 +145,23 @@ func planConfig(cfg Config, cfgErr error, spec plan.Spec) plan.BrokerPlan {
 		bp.Steps[i].Via = work + " (the message stays hidden: visibility timeout)"
 	}
 	bp.SetTrait(plan.TraitRetry, "the same message, hidden by ChangeMessageVisibility")
-	bp.SetTrait(plan.TraitUnacked, "after the visibility timeout ("+cfg.VisibilityTimeout.String()+"), after a crash too")
+	setTrait(plan.TraitUnacked, "after the visibility timeout ("+cfg.VisibilityTimeout.String()+"), after a crash too")
 	bp.SetTrait(plan.TraitPayload, "text only (valid UTF-8)")
 	bp.SetTrait(plan.TraitConcurrency, "one message per subscription (MaxNumberOfMessages 1): scale with instances")
-	bp.SetTrait("give-up by", cfg.GiveUp.String())
+	setTrait("give-up by", cfg.GiveUp.String())
 	return bp
+}
+
+// budgetBound is the longest processing budget cfg's visibility timeout allows: the timeout
+// less MinVisibilityMargin. ok is false when sqs.Config.Validate refuses the visibility timeout
+// itself (or anything but the budget), so that no bound follows from it.
+func budgetBound(cfg Config) (time.Duration, bool) {
+	bound := cfg.VisibilityTimeout - MinVisibilityMargin
+	if bound <= 0 {
+		return 0, false
+	}
+	cfg.ProcessingBudget = bound
+	return bound, cfg.Validate() == nil
 }
 
 // Check compares the topic's queues with the plan, reading their attributes and RedrivePolicy:

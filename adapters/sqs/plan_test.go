@@ -2,6 +2,7 @@ package sqs_test
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"strings"
 	"testing"
@@ -44,12 +45,36 @@ func TestPlanFieldReport(t *testing.T) {
 	if !strings.Contains(problems, "sqs.Config.ProcessingBudget = 1m44s") || !strings.Contains(problems, "sqs.Config.VisibilityTimeout (1m0s)") {
 		t.Fatalf("problems do not name the budget vs visibility conflict:\n%s", problems)
 	}
+	// The refused budget is no bound: the visibility timeout less the margin is, and what the
+	// rest of the configuration decides still holds; the topology and give-up time do not.
+	b := r.Brokers[0]
+	if !b.Invalid || b.Topology != nil || b.GiveUp != nil || time.Duration(b.MaxBudget) != 59*time.Second {
+		t.Errorf("invalid %v, topology %+v, give-up %v, max budget %s", b.Invalid, b.Topology, b.GiveUp, b.MaxBudget)
+	}
+	for name, want := range map[string]string{
+		plan.TraitBudget:       "59s (visibility timeout 1m0s minus 1s): a longer handler would lose its message to another consumer",
+		plan.TraitLongestDelay: "11h59m0s",
+		plan.TraitUnacked:      "after the visibility timeout (1m0s), after a crash too",
+		plan.TraitGiveUp:       plan.InvalidValue,
+	} {
+		if got := b.Trait(name); got != want {
+			t.Errorf("trait %q = %q, want %q", name, got, want)
+		}
+	}
+	// An invalid visibility timeout bounds nothing.
+	r = planOne(t, fieldReportSpec("push.requested", 104*time.Second), "sqs+http://127.0.0.1:19324?visibility=1500ms", false)
+	if b := r.Brokers[0]; r.OK || !b.Invalid || b.Trait(plan.TraitBudget) != plan.InvalidValue || b.Trait(plan.TraitUnacked) != plan.InvalidValue {
+		t.Errorf("visibility 1.5s: OK %v, traits %+v", r.OK, b.Traits)
+	}
 
 	r = planOne(t, fieldReportSpec("push.requested", 50*time.Second), raw, false)
 	if !r.OK {
 		t.Fatalf("50 s budget: %q", r.Problems())
 	}
-	b := r.Brokers[0]
+	b = r.Brokers[0]
+	if b.Invalid || b.Trait(plan.TraitBudget) != "50s: a longer handler would lose its message to another consumer" {
+		t.Errorf("50 s budget: invalid %v, bound %q", b.Invalid, b.Trait(plan.TraitBudget))
+	}
 	if time.Duration(b.GiveUp.Min) != 4*time.Minute || time.Duration(b.GiveUp.Max) != 8*time.Minute+10*time.Second {
 		t.Errorf("give-up %s, want 4m0s to 8m10s", b.GiveUp)
 	}
@@ -63,15 +88,40 @@ func TestPlanFieldReport(t *testing.T) {
 	}
 }
 
-// TestPlanRoundsDelays: SQS waits whole seconds, rounded up.
-func TestPlanRoundsDelays(t *testing.T) {
+// TestPlanNeedsBudget: without the spec's budget or the URL's processing_budget, the error
+// says that either sets it; the URL's other faults come first.
+func TestPlanNeedsBudget(t *testing.T) {
+	spec := fieldReportSpec("push.requested", 0)
+	_, err := brokerurl.Plan(context.Background(), spec, []string{"sqs+http://127.0.0.1:19324?visibility=60s"}, brokerurl.PlanOptions{})
+	if !errors.Is(err, brokerurl.ErrInvalidURL) || !strings.Contains(err.Error(), "--budget") || !strings.Contains(err.Error(), "processing_budget") {
+		t.Errorf("no budget: %v", err)
+	}
+	_, err = brokerurl.Plan(context.Background(), spec, []string{"sqs+http://127.0.0.1:19324?visibilty=60s"}, brokerurl.PlanOptions{})
+	if !errors.Is(err, brokerurl.ErrUnknownParameter) {
+		t.Errorf("no budget, unknown parameter: %v", err)
+	}
+	r := planOne(t, spec, "sqs+http://127.0.0.1:19324?visibility=60s&processing_budget=50s", false)
+	if !r.OK || r.Brokers[0].Budget != plan.Duration(50*time.Second) {
+		t.Errorf("the URL's budget: OK %v, budget %s, problems %q", r.OK, r.Brokers[0].Budget, r.Problems())
+	}
+}
+
+// TestPlanJitteredDelays: SQS waits whole seconds; a jittered backoff whose shortest delay is
+// whole seconds is planned with its range, and one whose shortest is not is refused by
+// RetryPolicy.ValidateFor, so that no retries are shown for it.
+func TestPlanJitteredDelays(t *testing.T) {
 	spec := plan.Spec{Topic: "t", Budget: 10 * time.Second,
-		Policy: millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Exponential{Initial: 10 * time.Second, Max: time.Minute, Jitter: 0.25}}}
+		Policy: millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Exponential{Initial: 10 * time.Second, Max: time.Minute, Jitter: 0.2}}}
 	r := planOne(t, spec, "sqs+http://127.0.0.1:19324?visibility=30s", false)
 	s := r.Brokers[0].Steps
-	if len(s) != 2 || time.Duration(s[0].Min) != 8*time.Second || time.Duration(s[0].Max) != 10*time.Second ||
-		time.Duration(s[1].Min) != 15*time.Second || time.Duration(s[1].Max) != 20*time.Second {
-		t.Fatalf("steps %+v, want 8s..10s, 15s..20s (7.5s rounded up)", s)
+	if !r.OK || len(s) != 2 || time.Duration(s[0].Min) != 8*time.Second || time.Duration(s[0].Max) != 10*time.Second ||
+		time.Duration(s[1].Min) != 16*time.Second || time.Duration(s[1].Max) != 20*time.Second {
+		t.Fatalf("jitter 0.2: problems %q, steps %+v, want 8s..10s, 16s..20s", r.Problems(), s)
+	}
+	spec.Policy.Backoff = millrace.Exponential{Initial: 10 * time.Second, Max: time.Minute, Jitter: 0.25}
+	r = planOne(t, spec, "sqs+http://127.0.0.1:19324?visibility=30s", false)
+	if b := r.Brokers[0]; r.OK || !b.Invalid || b.Steps != nil || !strings.Contains(strings.Join(r.Problems(), "\n"), "granularity 1s") {
+		t.Fatalf("jitter 0.25 (7.5s): problems %q, steps %+v", r.Problems(), b.Steps)
 	}
 }
 
