@@ -231,9 +231,11 @@ func wantsJSON(cmd *cobra.Command, args []string) bool {
 	return false
 }
 
-// oneLine keeps an error message on one line, whatever a driver put in it.
+// oneLine keeps an error message on one line, whatever a driver put in it, without the
+// errUsage marker that only chooses the exit status.
 func oneLine(err error) string {
 	s := strings.TrimSuffix(err.Error(), ": "+errUsage.Error())
+	s = strings.TrimPrefix(s, errUsage.Error()+": ")
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
 }
 

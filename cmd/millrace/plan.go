@@ -79,8 +79,8 @@ type planOptions struct {
 	urls []string
 }
 
-// errPlanFailed is wrapped when a rule failed or a live setting differs: exit status 1, after
-// the report was printed.
+// errPlanFailed is wrapped when a rule failed, a live setting differs or a broker could not be
+// checked: exit status 1, after the report was printed.
 var errPlanFailed = errors.New("plan failed")
 
 // planSpec builds the spec from the file, then the flags.
@@ -91,41 +91,41 @@ func planSpec(o planOptions, stdin io.Reader) (plan.Spec, error) {
 		if o.specFile != "-" {
 			f, err := os.Open(o.specFile)
 			if err != nil {
-				return plan.Spec{}, fmt.Errorf("%w: --spec: %v", errUsage, err)
+				return plan.Spec{}, fmt.Errorf("--spec: %v: %w", err, errUsage)
 			}
 			defer f.Close()
 			r = f
 		}
 		s, err := plan.ParseSpec(r)
 		if err != nil {
-			return plan.Spec{}, fmt.Errorf("%w: --spec %s: %v", errUsage, o.specFile, err)
+			return plan.Spec{}, fmt.Errorf("--spec %s: %v: %w", o.specFile, err, errUsage)
 		}
 		spec = s
 	}
 	for _, kv := range o.set {
 		if err := spec.Set(kv[0], kv[1]); err != nil {
-			return plan.Spec{}, fmt.Errorf("%w: --%v", errUsage, err)
+			return plan.Spec{}, fmt.Errorf("--%v: %w", err, errUsage)
 		}
 	}
 	if spec.Topic == "" {
-		return plan.Spec{}, fmt.Errorf("%w: plan needs a topic (--topic or topic = in --spec)", errUsage)
+		return plan.Spec{}, fmt.Errorf("plan needs a topic (--topic or topic = in --spec): %w", errUsage)
 	}
 	if spec.Policy.MaxAttempts == 0 {
-		return plan.Spec{}, fmt.Errorf("%w: plan needs the number of attempts (--attempts or attempts = in --spec)", errUsage)
+		return plan.Spec{}, fmt.Errorf("plan needs the number of attempts (--attempts or attempts = in --spec): %w", errUsage)
 	}
 	if err := spec.Validate(); err != nil {
-		return plan.Spec{}, fmt.Errorf("%w: %v", errUsage, err)
+		return plan.Spec{}, fmt.Errorf("%w: %w", err, errUsage)
 	}
 	return spec, nil
 }
 
 // runPlan plans (and with --check, checks) the spec on every URL and prints the report on out.
-// It returns an error wrapping errUsage for bad input, errPlanFailed when a rule failed or a
-// setting differs (the report is printed first), and any other error when a broker could not
-// be planned or read.
+// It returns an error wrapping errUsage (last, as every command does) for bad input,
+// errPlanFailed when a rule failed, a setting differs or a broker could not be read (the whole
+// report is printed first), and any other error when a broker could not be planned.
 func (a *app) runPlan(ctx context.Context, o planOptions, stdin io.Reader, out io.Writer) error {
 	if len(o.urls) == 0 {
-		return fmt.Errorf("%w: plan needs at least one broker URL", errUsage)
+		return fmt.Errorf("plan needs at least one broker URL: %w", errUsage)
 	}
 	spec, err := planSpec(o, stdin)
 	if err != nil {
@@ -134,7 +134,7 @@ func (a *app) runPlan(ctx context.Context, o planOptions, stdin io.Reader, out i
 	r, err := a.mux.Plan(ctx, spec, o.urls, brokerurl.PlanOptions{Check: o.check})
 	if err != nil {
 		if errors.Is(err, brokerurl.ErrUnknownScheme) || errors.Is(err, brokerurl.ErrUnknownParameter) || errors.Is(err, brokerurl.ErrInvalidURL) {
-			return fmt.Errorf("%w: %v", errUsage, err)
+			return fmt.Errorf("%w: %w", err, errUsage)
 		}
 		return err
 	}

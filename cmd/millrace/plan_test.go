@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +44,17 @@ func TestPlanFieldReport(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+	// The refused configuration's values are not shown as if they held: SQS bounds a handler
+	// at its visibility timeout less the margin, not at the refused 104 s.
+	_, sqsPart, _ := strings.Cut(out, "\n"+planSQSURL+" (sqs)\n")
+	sqsPart, table, _ := strings.Cut(sqsPart, "where the brokers differ")
+	if !strings.HasPrefix(sqsPart, "  topology: invalid: see rules\n  give-up: invalid: see rules\n") || strings.Contains(sqsPart, "VisibilityTimeout=") {
+		t.Errorf("SQS section shows a plan that would not run:\n%s", sqsPart)
+	}
+	if !regexp.MustCompile(`processing budget bound +none: a slow handler keeps its message +59s \(visibility timeout 1m0s minus 1s\)`).MatchString(table) ||
+		!regexp.MustCompile(`give-up time +4m0s to 12m40s +invalid: see rules`).MatchString(table) || strings.Contains(table, "1m44s") {
+		t.Errorf("differences table:\n%s", table)
 	}
 	if !strings.Contains(err.Error(), "sqs+http://127.0.0.1:19324?visibility=60s: millrace: invalid configuration: sqs.Config.ProcessingBudget = 1m44s") ||
 		strings.Contains(err.Error(), "\n") {
@@ -135,13 +148,17 @@ func TestPlanCommandFlags(t *testing.T) {
 	}
 }
 
+// runPlanLine runs `millrace plan args...` as main does and returns stdout, stderr and the exit
+// status.
+func runPlanLine(args ...string) (string, string, int) {
+	var out, errOut bytes.Buffer
+	code := newApp().run(context.Background(), append([]string{"plan"}, args...), strings.NewReader(""), &out, &errOut)
+	return out.String(), errOut.String(), code
+}
+
 // TestPlanExitStatus runs the whole command line: exit status, stdout and one line on stderr.
 func TestPlanExitStatus(t *testing.T) {
-	run := func(args ...string) (string, string, int) {
-		var out, errOut bytes.Buffer
-		code := newApp().run(context.Background(), append([]string{"plan"}, args...), strings.NewReader(""), &out, &errOut)
-		return out.String(), errOut.String(), code
-	}
+	run := runPlanLine
 	if out, errOut, code := run("--spec", fieldReportSpec, "--budget", "50s", planKafkaURL, planSQSURL); code != 0 || errOut != "" || !strings.Contains(out, "result: ok") {
 		t.Errorf("budget 50s: exit %d, stderr %q\n%s", code, errOut, out)
 	}
@@ -154,5 +171,84 @@ func TestPlanExitStatus(t *testing.T) {
 	}
 	if _, errOut, code := run("--spec", fieldReportSpec, "--json", "nats://h"); code != 2 || !strings.HasPrefix(errOut, `{"error":`) {
 		t.Errorf("--json, unknown scheme: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestPlanCheckUnreachable: one broker that cannot be reached does not hide the others' results:
+// the whole report is printed (text and JSON) with that broker marked as not checked, its URL
+// named once, and the exit status is 1.
+func TestPlanCheckUnreachable(t *testing.T) {
+	const down = "redis://127.0.0.1:1"
+	topic := fmt.Sprintf("plan-unreachable-%d", time.Now().UnixNano()) // no such topics on kfake: 3 mismatches
+	args := []string{"--spec", fieldReportSpec, "--budget", "50s", "--topic", topic, "--check", planKafkaURL, down}
+
+	out, errOut, code := runPlanLine(args...)
+	if code != 1 || strings.Count(errOut, "\n") != 1 || strings.Count(errOut, down) != 1 || !strings.Contains(errOut, "could not be checked: connect to "+down) {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+	kafkaPart, downPart, ok := strings.Cut(out, "\n"+down+" (redisstream)\n")
+	if !ok || !strings.Contains(kafkaPart, "  check: 3 mismatches\n") || !strings.Contains(kafkaPart, "MISMATCH  topic "+topic+".retry: existence") {
+		t.Errorf("the Kafka results are not all there:\n%s", out)
+	}
+	if line := regexp.MustCompile(`(?m)^  check: .*$`).FindString(downPart); !strings.HasPrefix(line, "  check: could not be checked: connect to "+down+": ") ||
+		strings.Count(line, down) != 1 {
+		t.Errorf("unreachable broker's check line %q:\n%s", line, downPart)
+	}
+	if !strings.Contains(out, "result: FAIL (3 live settings differ from the plan, 1 broker could not be checked)") {
+		t.Errorf("result line:\n%s", out)
+	}
+
+	out, errOut, code = runPlanLine(append(args, "--json")...)
+	var r plan.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 1 || r.OK || len(r.Brokers) != 2 {
+		t.Fatalf("--json: exit %d, %v, stderr %q\n%s", code, err, errOut, out)
+	}
+	if k := r.Brokers[0]; !k.Checked || len(k.Mismatches) != 3 || k.CheckError != "" {
+		t.Errorf("--json: Kafka %+v", k)
+	}
+	if d := r.Brokers[1]; d.Checked || !strings.HasPrefix(d.CheckError, "connect to "+down+": ") {
+		t.Errorf("--json: unreachable broker checked %v, check_error %q", d.Checked, d.CheckError)
+	}
+	if !strings.HasPrefix(errOut, `{"error":`) || strings.Count(errOut, down) != 1 {
+		t.Errorf("--json stderr %q", errOut)
+	}
+}
+
+// TestPlanErrorText: a usage error reads as its cause, without the internal usage marker, in
+// text and in JSON; planning SQS without a budget says what sets one.
+func TestPlanErrorText(t *testing.T) {
+	_, errOut, code := runPlanLine("--spec", fieldReportSpec, "--json", "kafka://[x")
+	var e struct {
+		Error string `json:"error"`
+		Exit  int    `json:"exit"`
+	}
+	if err := json.Unmarshal([]byte(errOut), &e); err != nil || code != 2 || e.Exit != 2 ||
+		!strings.HasPrefix(e.Error, "brokerurl: invalid URL: kafka://[x") || strings.Contains(e.Error, "usage") {
+		t.Errorf("--json bad URL: exit %d, %v, stderr %q", code, err, errOut)
+	}
+	_, errOut, code = runPlanLine("--spec", fieldReportSpec, "kafka://[x")
+	if code != 2 || !strings.HasPrefix(errOut, "millrace: brokerurl: invalid URL: kafka://[x") {
+		t.Errorf("bad URL: exit %d, stderr %q", code, errOut)
+	}
+	_, errOut, code = runPlanLine("--topic", "t", "--attempts", "3", "--backoff", "10s", "--json", "sqs+http://127.0.0.1:19324?visibility=60s")
+	if err := json.Unmarshal([]byte(errOut), &e); err != nil || code != 2 || !strings.Contains(e.Error, "--budget") ||
+		!strings.Contains(e.Error, "processing_budget") || strings.HasPrefix(e.Error, "usage") {
+		t.Errorf("SQS without a budget: exit %d, %v, stderr %q", code, err, errOut)
+	}
+	for _, args := range [][]string{{"--topic", "t", "--json", planKafkaURL}, {"--spec", "testdata/plan/bad.spec", "--json", planKafkaURL}} {
+		if _, errOut, code := runPlanLine(args...); code != 2 || !strings.HasPrefix(errOut, `{"error":`) || strings.Contains(errOut, `"usage`) {
+			t.Errorf("%q: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+}
+
+// TestOneLineUsageMarker: the usage marker chooses the exit status only; the message never
+// shows it, wherever an error wrapped it.
+func TestOneLineUsageMarker(t *testing.T) {
+	cause := errors.New("brokerurl: invalid URL: kafka://[x: missing ']' in host")
+	for _, err := range []error{fmt.Errorf("%w: %w", cause, errUsage), fmt.Errorf("%w: %w", errUsage, cause)} {
+		if got := oneLine(err); got != cause.Error() {
+			t.Errorf("oneLine(%q) = %q, want %q", err, got, cause)
+		}
 	}
 }
