@@ -84,7 +84,7 @@ func (m *Mux) Plan(ctx context.Context, spec plan.Spec, rawURLs []string, opts P
 		if err != nil {
 			return plan.Report{}, err
 		}
-		bp.URL = u.Redacted()
+		bp.URL = Redact(u.String())
 		res := plan.BrokerResult{BrokerPlan: bp}
 		if opts.Check {
 			ms, err := m.check(ctx, d, u, spec, bp, opts.Broker)
