@@ -1,0 +1,104 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/deadletter"
+)
+
+// writeTimeout bounds a dead-letter write whose context has no deadline of its own. The
+// write does not inherit the handler's cancellation: a handler that overran its budget is
+// still dead-lettered.
+const writeTimeout = 10 * time.Second
+
+// reservedPrefix starts the header names the NATS server acts on (Nats-Msg-Id deduplicates,
+// Nats-Expected-* make a publish fail). An original header with such a name is written to the
+// dead letter under deadletter.EscapePrefix + its name, so that the dead-letter write keeps it
+// without the server acting on it; deadletter.OriginalKey gives the name back.
+const reservedPrefix = "nats-"
+
+// EscapeHeader returns the dead-letter header name of an original header name:
+// deadletter.EscapeKey of it, and deadletter.EscapePrefix + name for a name starting with
+// "Nats-" (any case).
+func EscapeHeader(name string) string {
+	if strings.HasPrefix(strings.ToLower(name), reservedPrefix) {
+		return deadletter.EscapePrefix + name
+	}
+	return deadletter.EscapeKey(name)
+}
+
+// DeadLetter publishes the original to the dead-letter stream of its subject (subject +
+// ".dlq"): the payload byte for byte, every original header with every value (names escaped by
+// EscapeHeader), and rec.Fields() as headers. Only once JetStream acknowledged that write is
+// the original terminated (Term), so it is never delivered again; a failed write leaves it
+// unsettled, and the subscription's nack redelivers it after Config.NackDelay.
+func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec deadletter.Record) error {
+	d := deliveryFrom(msg)
+	if d == nil {
+		return fmt.Errorf("%w: nats: the message was not received through this adapter's Subscriber", millrace.ErrDeadLetterFailed)
+	}
+	subject := a.DeadLetterTopic(d.msg.Subject())
+	m := deadLetterMsg(subject, d.msg.Headers(), d.msg.Data(), rec)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	if err := a.publishDeadLetter(wctx, m); err != nil {
+		return fmt.Errorf("%w: nats: %w", millrace.ErrDeadLetterFailed, err)
+	}
+	if !d.settle() {
+		return nil // settled by an earlier call; the dead letter is written once more
+	}
+	if err := d.msg.Term(); err != nil {
+		d.unsettle()
+		return fmt.Errorf("nats: dead letter written to %q, but terminating the original failed (it is delivered again and dead-lettered once more): %w", subject, err)
+	}
+	return nil
+}
+
+// publishDeadLetter writes m to its dead-letter stream (created when missing) and waits for
+// the PubAck.
+func (a *Adapter) publishDeadLetter(ctx context.Context, m *nats.Msg) error {
+	if err := a.ensureStream(ctx, m.Subject); err != nil {
+		return err
+	}
+	name := a.cfg.StreamName(m.Subject)
+	ack, err := a.js.PublishMsg(ctx, m, jetstream.WithExpectStream(name))
+	if err != nil {
+		return fmt.Errorf("publish to dead-letter stream %s: %w", name, err)
+	}
+	if ack.Duplicate {
+		return errors.New("dead-letter stream " + name + " reported the write as a duplicate")
+	}
+	return nil
+}
+
+// deadLetterMsg is the dead-letter message of a message with header h and payload data.
+func deadLetterMsg(subject string, h nats.Header, data []byte, rec deadletter.Record) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Data = data
+	if m.Data == nil {
+		m.Data = []byte{}
+	}
+	for k, vs := range h {
+		m.Header[EscapeHeader(k)] = append([]string(nil), vs...)
+	}
+	for k, v := range rec.Fields() {
+		m.Header.Set(k, headerValue(v))
+	}
+	return m
+}
+
+// headerValue makes v a valid header value: line breaks become spaces (an error text may hold
+// them; a header cannot) and leading whitespace, which NATS drops, is removed here.
+func headerValue(v string) string {
+	v = strings.NewReplacer("\r\n", " ", "\r", " ", "\n", " ").Replace(v)
+	return strings.TrimLeft(v, " \t")
+}
