@@ -9,7 +9,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/deadletter"
@@ -70,9 +69,14 @@ func (a *Adapter) publishDeadLetter(ctx context.Context, m *nats.Msg) error {
 		return err
 	}
 	name := a.cfg.StreamName(m.Subject)
-	ack, err := a.js.PublishMsg(ctx, m, jetstream.WithExpectStream(name))
+	// Not jetstream.WithExpectStream: its Nats-Expected-Stream header would be stored with
+	// the dead letter, which must hold the original headers and the record's only.
+	ack, err := a.js.PublishMsg(ctx, m)
 	if err != nil {
 		return fmt.Errorf("publish to dead-letter stream %s: %w", name, err)
+	}
+	if ack.Stream != name {
+		return fmt.Errorf("dead letter for %q stored by stream %s, want %s", m.Subject, ack.Stream, name)
 	}
 	if ack.Duplicate {
 		return errors.New("dead-letter stream " + name + " reported the write as a duplicate")
