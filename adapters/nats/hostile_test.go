@@ -143,4 +143,3 @@ func (harness) Settled(ctx context.Context, _ testing.TB, am millrace.Adapter, t
 	}
 	return nil
 }
-
