@@ -16,7 +16,8 @@ func (a *Adapter) Publisher() message.Publisher { return publisher{a} }
 type publisher struct{ a *Adapter }
 
 // Publish stores msgs on topic, in order. The UUID goes in the UUIDHeader header, each
-// metadata key in a header of the same name (NATS keeps header names as written).
+// metadata key in a header of the same name (NATS keeps header names as written), or, for a
+// key that is no valid NATS header name, of the name KeyHexPrefix + its hex.
 func (p publisher) Publish(topic string, msgs ...*message.Message) error {
 	if p.a.isClosed() {
 		return fmt.Errorf("nats: publish to %q: adapter closed", topic)
@@ -46,13 +47,13 @@ func natsMsg(subject string, msg *message.Message) (*nats.Msg, error) {
 	m.Data = msg.Payload
 	m.Header.Set(UUIDHeader, msg.UUID)
 	for k, v := range msg.Metadata {
-		if k == "" || k == UUIDHeader || strings.ContainsAny(k, ": \t\r\n") {
-			return nil, fmt.Errorf("nats: message %s: metadata key %q: must be non-empty, not %q, without ':', whitespace or line breaks (a NATS header name)", msg.UUID, k, UUIDHeader)
+		if k == "" || k == UUIDHeader {
+			return nil, fmt.Errorf("nats: message %s: metadata key %q: must be non-empty and not %q", msg.UUID, k, UUIDHeader)
 		}
 		if strings.ContainsAny(v, "\r\n") || strings.TrimLeft(v, " \t") != v {
 			return nil, fmt.Errorf("nats: message %s: metadata %q: value must have no line breaks and no leading whitespace (NATS headers drop it)", msg.UUID, k)
 		}
-		m.Header.Set(k, v)
+		m.Header.Set(encodeKey(k), v)
 	}
 	return m, nil
 }

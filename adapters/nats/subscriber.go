@@ -222,7 +222,7 @@ func decodeMessage(jm jetstream.Msg) (*message.Message, error) {
 			uuid = vs[0]
 			continue
 		}
-		md[k] = vs[0]
+		md[decodeKey(k)] = vs[0]
 	}
 	msg := message.NewMessage(uuid, jm.Data())
 	msg.Metadata = md
