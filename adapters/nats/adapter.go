@@ -50,7 +50,7 @@ func New(cfg Config) (*Adapter, error) {
 	if a.nc == nil {
 		nc, err := nats.Connect(cfg.URL, nats.Name("millrace"), nats.MaxReconnects(-1))
 		if err != nil {
-			return nil, fmt.Errorf("nats: connect to %s: %w", cfg.URL, err)
+			return nil, fmt.Errorf("nats: connect: %w", err) // not the URL: it may hold a password
 		}
 		a.nc, a.owned = nc, true
 	}

@@ -67,7 +67,7 @@ func (s *DeadLetterStore) Close() error {
 func (s *DeadLetterStore) streamHandle(ctx context.Context) (jetstream.Stream, error) {
 	st, err := s.js.Stream(ctx, s.stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, &deadletter.DestinationNotFoundError{Kind: "stream", Name: s.stream}
+		return nil, &deadletter.DestinationNotFoundError{Kind: "stream", Name: s.subject, Hint: "no stream " + s.stream + " holds it: the adapter creates it with Provision or its first dead letter"}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("nats dead-letter store: stream %s: %w", s.stream, err)
