@@ -1,5 +1,5 @@
 # Sourced by .ci/run: makes sure the services this machine kind starts before a session
-# (Redis, RabbitMQ, PostgreSQL) are up, starting any that stopped with the same commands the
+# (Redis, RabbitMQ, PostgreSQL, NATS with JetStream) are up, starting any that stopped with the same commands the
 # machine uses. Only loopback addresses are used.
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -29,6 +29,13 @@ if ! port_open 5432; then
   echo "ci: starting PostgreSQL"
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
   wait_port PostgreSQL 5432 60 || return 1
+fi
+if ! port_open 4222; then
+  echo "ci: starting NATS (JetStream)"
+  mkdir -p /var/lib/nats-server || return 1
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+    -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log || return 1
+  wait_port NATS 4222 30 || return 1
 fi
 # RabbitMQ's management API lists queues (millrace dlq topics; adapters/amqp's URL tests). Its
 # listener is loopback-only: at boot through advanced.config, and on the running node through the
