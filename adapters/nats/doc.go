@@ -90,4 +90,34 @@
 // router handles them concurrently; Window 1 handles a subscription's messages one at a time
 // in stream order, retries excepted. Acks are sent without waiting for the server's
 // confirmation: delivery is at least once.
+//
+// # Crashes
+//
+// What holds when a consumer process is killed (SIGKILL) and restarted, proven by the kill
+// battery (conformance/killbattery, TestKillBattery: 20 kills on a mixed workload, Window 8,
+// AckWait 3 s). No message is lost and none stays pending: a message leaves the consumer only
+// by its Ack or by Term after its dead letter was acknowledged by JetStream, and JetStream
+// redelivers what a dead consumer held after AckWait. Every delivery counts (NumDelivered
+// rises with each, the buffered messages a killed process never handed out included), so a
+// message's handler calls have strictly increasing attempt numbers and a message that kills cut
+// short often enough is dead-lettered as exhausted although its handler never failed. A kill
+// repeats at most the handler calls of the messages the process held unsettled: its Window in
+// flight plus acks written but not yet flushed; the battery holds it to 2 × Window per kill
+// (measured: at most 8 with Window 8). A kill between a dead letter's PubAck and the Term of
+// its original gives a second dead letter of it; the battery allows Window per kill (measured:
+// none). This assumes JetStream keeps what it acknowledged (file storage); a crash of the
+// server itself is not covered.
+//
+// # Opening by URL, dead-letter store
+//
+// Importing the package registers nats:// with brokerurl's default Mux:
+//
+//	brokerurl.OpenAdapter(ctx, "nats://[user:password@]host:4222?durable=billing", brokerurl.Options{})
+//
+// The query parameters durable (Config.Durable, required to consume), ack_wait,
+// processing_budget, max_deliver, max_ack_pending, window and nack_delay set the Config fields
+// of the same meaning; any other parameter is an error that names it. A dead-letter subject is
+// a deadletter.Store (DeadLetterStore: IDs are stream sequences); the URL broker lists the
+// "<subject>.dlq" streams (DeadLetterDestinations) and replays a dead letter's native headers
+// exactly (PublishNative). The adapter has no plan or check yet (brokerurl.Planner).
 package nats
