@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -51,11 +52,21 @@ func init() { brokerurl.Register(urlDriver{}) }
 //	sasl=plain|scram-sha-256|scram-sha-512
 //	                               Sarama.Net.SASL, with the user and password of the URL's
 //	                               userinfo (percent-encoded), which it requires
+//	dial_timeout=10s               Sarama.Net.DialTimeout (a Go duration, above zero)
+//	read_timeout=15s               Sarama.Net.ReadTimeout (a Go duration, above zero): how long
+//	                               a request waits for its response
 //
 // The password is taken from the userinfo only, never from a parameter: brokerurl.Redact and
 // url.URL.Redacted hide it there in errors and logs. userinfo without sasl is refused (it would
-// otherwise be ignored). SASL PLAIN sends the password as it is: use it with tls=true. The TLS
-// files are read when the broker is opened (configFromURL does no I/O).
+// otherwise be ignored), and so are a path other than "/" and a fragment (a topic is named by
+// the command or the code, not the URL). SASL PLAIN sends the password as it is: use it with
+// tls=true. The TLS files are read when the broker is opened (configFromURL does no I/O).
+//
+// Without dial_timeout and read_timeout the adapter keeps Sarama's 30 s, and the broker's
+// operations client (the one the CLI's commands use, see Open) dials for at most
+// opsDialTimeout, waits opsReadTimeout for a response, and stops retrying a metadata request
+// after opsMetadataTimeout, so an unresponsive cluster fails in about 30 s, not minutes.
+// Opening also returns as soon as its context ends.
 type urlDriver struct{}
 
 var _ brokerurl.Driver = urlDriver{}
@@ -68,6 +79,39 @@ type tlsFiles struct {
 	ca, cert, key string
 }
 
+// urlExtra is what a kafka:// URL gives besides the adapter's Config.
+type urlExtra struct {
+	files tlsFiles
+	// dialTimeout and readTimeout are the URL's dial_timeout and read_timeout, 0 when absent.
+	dialTimeout, readTimeout time.Duration
+}
+
+// The operations client's bounds when the URL sets no dial_timeout or read_timeout (Sarama's
+// own are 30 s each, with 3 metadata retries: an address that accepts connections and never
+// answers kept the CLI for minutes). opsReadTimeout stays above Sarama's 10 s
+// Producer.Timeout, the time the brokers may take to acknowledge a replay (acks=all).
+const (
+	opsDialTimeout     = 10 * time.Second
+	opsReadTimeout     = 15 * time.Second
+	opsMetadataTimeout = 20 * time.Second
+)
+
+// operationsConfig is the configuration of the operations client: the store's (with the
+// adapter's TLS and SASL settings), bounded by the ops timeouts unless the URL set its own.
+func operationsConfig(cfg Config, x urlExtra) *sarama.Config {
+	sc := StoreSaramaConfig(cfg.Sarama)
+	if x.dialTimeout == 0 {
+		sc.Net.DialTimeout = opsDialTimeout
+	}
+	if x.readTimeout == 0 {
+		sc.Net.ReadTimeout = opsReadTimeout
+	}
+	if sc.Metadata.Timeout == 0 {
+		sc.Metadata.Timeout = opsMetadataTimeout
+	}
+	return sc
+}
+
 // configFromURL builds the adapter's Config from u without connecting or reading a file: the
 // TLS files (tls_ca, tls_cert, tls_key) are read by openConfig.
 func configFromURL(u *url.URL, opts brokerurl.Options) (Config, error) {
@@ -76,19 +120,19 @@ func configFromURL(u *url.URL, opts brokerurl.Options) (Config, error) {
 }
 
 // openConfig is configFromURL with the TLS files read into Config.Sarama.Net.TLS.Config.
-func openConfig(u *url.URL, opts brokerurl.Options) (Config, error) {
-	cfg, files, err := parseURL(u, opts)
+func openConfig(u *url.URL, opts brokerurl.Options) (Config, urlExtra, error) {
+	cfg, x, err := parseURL(u, opts)
 	if err != nil {
-		return Config{}, err
+		return Config{}, urlExtra{}, err
 	}
-	if err := files.load(cfg.Sarama); err != nil {
-		return Config{}, err
+	if err := x.files.load(cfg.Sarama); err != nil {
+		return Config{}, urlExtra{}, err
 	}
 	if cfg.Sarama != nil && cfg.Sarama.Net.SASL.Enable && cfg.Sarama.Net.SASL.Mechanism == sarama.SASLTypePlaintext && !cfg.Sarama.Net.TLS.Enable {
 		cfg.Logger.Warn("kafka:// with sasl=plain and no tls: the password crosses the network as it is; add tls=true",
 			"url", brokerurl.Redact(u.String()))
 	}
-	return cfg, nil
+	return cfg, x, nil
 }
 
 // saslMechanisms maps the sasl parameter's values to Sarama's mechanisms.
@@ -98,8 +142,8 @@ var saslMechanisms = map[string]sarama.SASLMechanism{
 	"scram-sha-512": sarama.SASLTypeSCRAMSHA512,
 }
 
-// parseURL reads u into a Config and the names of the TLS files to read.
-func parseURL(u *url.URL, opts brokerurl.Options) (Config, tlsFiles, error) {
+// parseURL reads u into a Config, the names of the TLS files to read and the timeouts it sets.
+func parseURL(u *url.URL, opts brokerurl.Options) (Config, urlExtra, error) {
 	p := brokerurl.NewParams(u)
 	cfg := Config{
 		Brokers:               strings.Split(u.Host, ","),
@@ -118,17 +162,35 @@ func parseURL(u *url.URL, opts brokerurl.Options) (Config, tlsFiles, error) {
 	skipVerify := p.Bool("tls_insecure_skip_verify", false)
 	tlsParams := p.Has("tls_ca") || p.Has("tls_cert") || p.Has("tls_key") || p.Has("tls_server_name") || p.Has("tls_insecure_skip_verify")
 	mechanism := p.OneOf("sasl", "", "plain", "scram-sha-256", "scram-sha-512")
+	x := urlExtra{files: files, dialTimeout: p.Duration("dial_timeout", 0), readTimeout: p.Duration("read_timeout", 0)}
 	if err := p.Done(); err != nil {
-		return Config{}, tlsFiles{}, err
+		return Config{}, urlExtra{}, err
 	}
-	bad := func(format string, a ...any) (Config, tlsFiles, error) {
-		return Config{}, tlsFiles{}, fmt.Errorf("%w: kafka:// "+format, append([]any{brokerurl.ErrInvalidURL}, a...)...)
+	bad := func(format string, a ...any) (Config, urlExtra, error) {
+		return Config{}, urlExtra{}, fmt.Errorf("%w: kafka:// "+format, append([]any{brokerurl.ErrInvalidURL}, a...)...)
 	}
-	badParam := func(name, value, rule string) (Config, tlsFiles, error) {
-		return Config{}, tlsFiles{}, &brokerurl.ParameterError{Scheme: "kafka", Name: name, Value: value, Rule: rule}
+	badParam := func(name, value, rule string) (Config, urlExtra, error) {
+		return Config{}, urlExtra{}, &brokerurl.ParameterError{Scheme: "kafka", Name: name, Value: value, Rule: rule}
 	}
 	if u.Host == "" {
 		return bad("needs at least one broker, as kafka://host:port[,host:port...]")
+	}
+	// A path or a fragment would otherwise be ignored. Either may be a piece of a password
+	// with an unencoded / or # (kafka://user:12/34@host reads as host "user:12", path
+	// "/34@host"): such a piece, which holds an @, is not shown.
+	if u.Path != "" && u.Path != "/" {
+		return bad("has a path%s, which it does not take: a topic is named by the command or the code (e.g. --topic), not the URL; a / in the user or password is written %%2F", shown(u.Path))
+	}
+	if u.Fragment != "" {
+		return bad("has a fragment%s (the text after #), which it does not take; a # in the user or password is written %%23", shown(u.Fragment))
+	}
+	for _, t := range []struct {
+		name string
+		d    time.Duration
+	}{{"dial_timeout", x.dialTimeout}, {"read_timeout", x.readTimeout}} {
+		if t.d == 0 && u.Query().Has(t.name) {
+			return badParam(t.name, u.Query().Get(t.name), "must be a duration above zero such as 10s")
+		}
 	}
 	if replication > math.MaxInt16 {
 		return badParam("replication_factor", strconv.Itoa(replication), "must be at most "+strconv.Itoa(math.MaxInt16))
@@ -158,7 +220,7 @@ func parseURL(u *url.URL, opts brokerurl.Options) (Config, tlsFiles, error) {
 		return badParam("sasl", mechanism, "needs the user and password in the URL, as kafka://user:password@host:port (percent-encoded)")
 	}
 
-	if version != "" || tlsEnable || tlsParams || mechanism != "" {
+	if version != "" || tlsEnable || tlsParams || mechanism != "" || x.dialTimeout > 0 || x.readTimeout > 0 {
 		sc := sarama.NewConfig()
 		// As for a configuration the adapter makes itself: nobody reads these metrics.
 		sc.MetricRegistry = discardMetrics{}
@@ -171,6 +233,12 @@ func parseURL(u *url.URL, opts brokerurl.Options) (Config, tlsFiles, error) {
 				return badParam("version", version, "must be at least 2.5.0 for the adapter's transactions; add at_least_once=true for older brokers")
 			}
 			sc.Version = v
+		}
+		if x.dialTimeout > 0 {
+			sc.Net.DialTimeout = x.dialTimeout
+		}
+		if x.readTimeout > 0 {
+			sc.Net.ReadTimeout = x.readTimeout
 		}
 		if tlsEnable || tlsParams {
 			sc.Net.TLS.Enable = true
@@ -204,7 +272,16 @@ func parseURL(u *url.URL, opts brokerurl.Options) (Config, tlsFiles, error) {
 		// Never consumes: the adapter requires a group but never joins it.
 		cfg.ConsumerGroup = "millrace-cli"
 	}
-	return cfg, files, cfg.Validate()
+	return cfg, x, cfg.Validate()
+}
+
+// shown returns s quoted after a space, for an error message, or "" when s holds an @ (likely
+// a piece of the userinfo, which an error never shows).
+func shown(s string) string {
+	if strings.Contains(s, "@") {
+		return ""
+	}
+	return " " + strconv.Quote(s)
 }
 
 // load reads the TLS files into sc's TLS configuration (sc is nil when the URL names none).
@@ -267,14 +344,39 @@ func (c *scramClient) Step(challenge string) (string, error) { return c.conv.Ste
 func (c *scramClient) Done() bool { return c.conv.Done() }
 
 // connect opens the client the broker's operations (and the reachability check) use, with the
-// adapter's TLS and SASL settings (StoreSaramaConfig copies Config.Sarama). Its error is one
-// line naming the URL without its password.
-func connect(u *url.URL, cfg Config) (sarama.Client, error) {
-	client, err := sarama.NewClient(cfg.Brokers, StoreSaramaConfig(cfg.Sarama))
+// adapter's TLS and SASL settings (StoreSaramaConfig copies Config.Sarama) and the operations
+// timeouts (operationsConfig). Its error is one line naming the URL without its password. It
+// returns when ctx ends, with ctx.Err() wrapped: Sarama's NewClient takes no context, so it
+// goes on in the background, and the client it may still return is closed.
+func connect(ctx context.Context, u *url.URL, cfg Config, x urlExtra) (sarama.Client, error) {
+	where := brokerurl.Redact(u.String())
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", where, err)
+	}
+	type result struct {
+		client sarama.Client
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := sarama.NewClient(cfg.Brokers, operationsConfig(cfg, x))
+		done <- result{c, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.err == nil {
+				_ = r.client.Close()
+			}
+		}()
+		return nil, fmt.Errorf("connect to %s: %w", where, ctx.Err())
+	}
+	client, err := r.client, r.err
 	if err == nil {
 		return client, nil
 	}
-	where := brokerurl.Redact(u.String())
 	// A broker answers a failed authentication with an error code, or (as kfake and proxies
 	// do) by closing the connection: either way the credentials are the likely cause.
 	if sc := cfg.Sarama; sc != nil && sc.Net.SASL.Enable &&
@@ -292,12 +394,12 @@ func connect(u *url.URL, cfg Config) (sarama.Client, error) {
 // OpenAdapter opens the adapter u names, after checking a broker answers (and the TLS and SASL
 // settings work).
 func (urlDriver) OpenAdapter(ctx context.Context, u *url.URL, opts brokerurl.Options) (millrace.Adapter, error) {
-	cfg, err := openConfig(u, opts)
+	cfg, x, err := openConfig(u, opts)
 	if err != nil {
 		return nil, err
 	}
 	// New makes no call: check a broker answers, so an unreachable cluster fails here.
-	client, err := connect(u, cfg)
+	client, err := connect(ctx, u, cfg, x)
 	if err != nil {
 		return nil, err
 	}
@@ -306,13 +408,14 @@ func (urlDriver) OpenAdapter(ctx context.Context, u *url.URL, opts brokerurl.Opt
 }
 
 // Open opens the broker u names: a client for operations (with the adapter's TLS and SASL
-// settings) and the adapter.
+// settings, and the operations timeouts unless the URL sets dial_timeout or read_timeout) and
+// the adapter. It returns when ctx ends, with ctx.Err() wrapped.
 func (urlDriver) Open(ctx context.Context, u *url.URL, opts brokerurl.Options) (brokerurl.Broker, error) {
-	cfg, err := openConfig(u, opts)
+	cfg, x, err := openConfig(u, opts)
 	if err != nil {
 		return nil, err
 	}
-	client, err := connect(u, cfg)
+	client, err := connect(ctx, u, cfg, x)
 	if err != nil {
 		return nil, err
 	}
@@ -404,7 +507,7 @@ func (b *urlBroker) PrepareReplay(rec deadletter.Record, msg *message.Message) {
 }
 
 // PublishNative re-publishes a dead letter's Native content exactly (the original record's
-// headers in order, repeated names and binary values kept, as deadletter/kafkastore gives them
+// headers in order, repeated names and binary values kept, as DeadLetterStore gives them
 // back): one record with rec.Payload as its value, rec.OriginalKey as its key (none when
 // empty), and exactly those headers, acknowledged by the brokers (acks=all). Fields that are
 // not Kafka headers (another broker's) are refused with deadletter.ErrNotReplayable. The

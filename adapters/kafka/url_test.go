@@ -37,7 +37,7 @@ func TestURLParametersReachConfig(t *testing.T) {
 	u := mustParse(t, "kafka://alice:s%3Acret@h1:9092,h2:9093?group=billing&at_least_once=true&transactional_id_prefix=tx"+
 		"&partitions=6&replication_factor=3&version=3.6.0&sasl=scram-sha-512&tls=true&tls_ca=/ca.pem"+
 		"&tls_cert=/c.pem&tls_key=/k.pem&tls_server_name=kafka.internal&tls_insecure_skip_verify=true")
-	cfg, files, err := parseURL(u, brokerurl.Options{})
+	cfg, x, err := parseURL(u, brokerurl.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestURLParametersReachConfig(t *testing.T) {
 		{"Sarama.Net.TLS.Config.ServerName", sc.Net.TLS.Config.ServerName, "kafka.internal"},
 		{"Sarama.Net.TLS.Config.InsecureSkipVerify", sc.Net.TLS.Config.InsecureSkipVerify, true},
 		{"Sarama.MetricRegistry discards", sc.MetricRegistry, discardMetrics{}},
-		{"tls files", files, tlsFiles{ca: "/ca.pem", cert: "/c.pem", key: "/k.pem"}},
+		{"tls files", x.files, tlsFiles{ca: "/ca.pem", cert: "/c.pem", key: "/k.pem"}},
 	} {
 		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
@@ -130,6 +130,14 @@ func TestURLRefusals(t *testing.T) {
 		{"kafka://h:9092?group=g&version=2.0.0&at_least_once=true", nil, nil, ""},
 		{"kafka://u:hunter2@h:9092?group=g", brokerurl.ErrInvalidURL, []string{"no parameter sasl"}, ""},
 		{"kafka://h:9092?group=g&group=h", brokerurl.ErrInvalidURL, []string{"more than once"}, "group"},
+		{"kafka://127.0.0.1:19092/orders?group=g", brokerurl.ErrInvalidURL, []string{`has a path "/orders"`, "--topic"}, ""},
+		{"kafka://h:9092/orders", brokerurl.ErrInvalidURL, []string{`has a path "/orders"`}, ""},
+		{"kafka://h:9092?group=g#orders", brokerurl.ErrInvalidURL, []string{`has a fragment "orders"`}, ""},
+		{"kafka://h:9092#x", brokerurl.ErrInvalidURL, []string{`has a fragment "x"`}, ""},
+		// An unencoded / or # in a password: the piece after it is not shown.
+		{"kafka://alice:12/34hunter2@h:9092?sasl=plain", brokerurl.ErrInvalidURL, []string{"has a path,", "%2F"}, ""},
+		{"kafka://alice:12#34hunter2@h:9092?sasl=plain", brokerurl.ErrInvalidURL, []string{"has a fragment (", "%23"}, ""},
+		{"kafka://h:9092/?group=g", nil, nil, ""},
 	} {
 		_, err := configFromURL(mustParse(t, c.url), brokerurl.Options{})
 		if c.is == nil {
@@ -167,7 +175,8 @@ func TestURLTLSFiles(t *testing.T) {
 	}
 	missing := filepath.Join(dir, "missing.pem")
 	open := func(q string) (Config, error) {
-		return openConfig(mustParse(t, "kafka://h:9092?group=g&"+q), brokerurl.Options{})
+		cfg, _, err := openConfig(mustParse(t, "kafka://h:9092?group=g&"+q), brokerurl.Options{})
+		return cfg, err
 	}
 	if _, err := configFromURL(mustParse(t, "kafka://h:9092?group=g&tls_ca="+missing), brokerurl.Options{}); err != nil {
 		t.Errorf("configFromURL read tls_ca: %v", err)

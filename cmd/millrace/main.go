@@ -12,6 +12,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first Ctrl-C (or SIGTERM) cancels ctx; stopping the notification then gives the
+	// signals their default action back, so a second one ends a command that is slow to stop.
+	context.AfterFunc(ctx, stop)
 	code := newApp().run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
