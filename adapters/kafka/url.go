@@ -452,8 +452,11 @@ func (b *urlBroker) Adapter() millrace.Adapter { return b.a }
 
 // DeadLetterDestinations lists the topics named like the adapter's dead-letter topics
 // (<topic>.dlq; their "<dlq>.replayed" marker topics are not destinations), sorted, each with
-// the number of dead letters the dead-letter store holds in it: the records still retained,
-// less those replayed or purged. Counting reads each topic to its end, as the store does.
+// the number of dead letters the dead-letter store holds in it (its Count with no filter): the
+// records still retained, less those replayed or purged. A topic whose partitions are all
+// empty (first offset = end offset) holds none, whatever its marks (marks only hide records):
+// it is not read. The others are read as the store does, to their end, destinationReaders at a
+// time. It returns when ctx ends.
 func (b *urlBroker) DeadLetterDestinations(ctx context.Context) ([]brokerurl.Destination, error) {
 	if err := b.client.RefreshMetadata(); err != nil {
 		return nil, fmt.Errorf("kafka: list topics: %w", err)
@@ -469,26 +472,113 @@ func (b *urlBroker) DeadLetterDestinations(ctx context.Context) ([]brokerurl.Des
 		}
 	}
 	slices.Sort(names)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu     sync.Mutex
+		failed error // the first error, which cancels the other reads
+		wg     sync.WaitGroup
+	)
+	depths := make([]int64, len(names))
+	gone := make([]bool, len(names)) // deleted since the listing
+	sem := make(chan struct{}, destinationReaders)
+	for i, n := range names {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			depth, err := b.destinationDepth(ctx, n)
+			switch {
+			case errors.Is(err, deadletter.ErrDestinationNotFound):
+				gone[i] = true
+			case err != nil:
+				mu.Lock()
+				if failed == nil {
+					failed = err
+					cancel()
+				}
+				mu.Unlock()
+			default:
+				depths[i] = depth
+			}
+		})
+	}
+	wg.Wait()
+	if failed != nil {
+		return nil, failed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	out := make([]brokerurl.Destination, 0, len(names))
-	for _, n := range names {
-		if err := ctx.Err(); err != nil {
-			return nil, err
+	for i, n := range names {
+		if !gone[i] {
+			out = append(out, brokerurl.Destination{Name: n, Topic: strings.TrimSuffix(n, DeadLetterSuffix), Depth: depths[i]})
 		}
-		s, err := NewDeadLetterStore(b.client, n, StoreConfig{})
-		if errors.Is(err, deadletter.ErrDestinationNotFound) {
-			continue // deleted since the listing
-		}
-		if err != nil {
-			return nil, err
-		}
-		depth, err := s.Count(ctx, deadletter.Filter{})
-		_ = s.Close()
-		if err != nil {
-			return nil, fmt.Errorf("kafka: count the dead letters of %s: %w", n, err)
-		}
-		out = append(out, brokerurl.Destination{Name: n, Topic: strings.TrimSuffix(n, DeadLetterSuffix), Depth: depth})
 	}
 	return out, nil
+}
+
+// destinationReaders bounds the dead-letter topics DeadLetterDestinations reads at once: each
+// read is a store that fetches its topic's records and marks to their end.
+const destinationReaders = 4
+
+// destinationDepth returns the number of dead letters the store holds in the dead-letter topic
+// dlq: 0 without reading when every partition is empty, else the store's Count. It wraps
+// deadletter.ErrDestinationNotFound when the topic is gone.
+func (b *urlBroker) destinationDepth(ctx context.Context, dlq string) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	empty, err := topicEmpty(b.client, dlq)
+	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+		return 0, &deadletter.DestinationNotFoundError{Kind: "topic", Name: dlq}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("kafka: count the dead letters of %s: %w", dlq, err)
+	}
+	if empty {
+		return 0, nil
+	}
+	s, err := NewDeadLetterStore(b.client, dlq, StoreConfig{})
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = s.Close() }()
+	depth, err := s.Count(ctx, deadletter.Filter{})
+	if err != nil {
+		return 0, fmt.Errorf("kafka: count the dead letters of %s: %w", dlq, err)
+	}
+	return depth, nil
+}
+
+// topicEmpty reports whether every partition of topic is empty: its first retained offset is
+// its end offset (the store's reads stop at the same end, so they would read nothing).
+func topicEmpty(client sarama.Client, topic string) (bool, error) {
+	parts, err := client.Partitions(topic)
+	if err != nil {
+		return false, err
+	}
+	for _, p := range parts {
+		end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+		if err != nil {
+			return false, fmt.Errorf("end offset of partition %d: %w", p, err)
+		}
+		oldest, err := client.GetOffset(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			return false, fmt.Errorf("first offset of partition %d: %w", p, err)
+		}
+		if oldest < end {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 func (b *urlBroker) partitionKey(_ string, msg *message.Message) (string, error) {
