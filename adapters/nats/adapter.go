@@ -48,7 +48,8 @@ func New(cfg Config) (*Adapter, error) {
 	cfg.setDefaults()
 	a := &Adapter{cfg: cfg, nc: cfg.Conn, streams: map[string]bool{}, subscribers: map[*subscriber]struct{}{}}
 	if a.nc == nil {
-		nc, err := nats.Connect(cfg.URL, nats.Name("millrace"), nats.MaxReconnects(-1))
+		nc, err := nats.Connect(cfg.URL, nats.Name("millrace"), nats.MaxReconnects(-1),
+			nats.ReconnectWait(ReconnectWait), nats.PingInterval(cfg.PingInterval), nats.MaxPingsOutstanding(2))
 		if err != nil {
 			return nil, fmt.Errorf("nats: connect: %w", err) // not the URL: it may hold a password
 		}

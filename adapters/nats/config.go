@@ -20,6 +20,12 @@ const (
 	DefaultProcessingBudget = 20 * time.Second
 	DefaultWindow           = 64
 	DefaultNackDelay        = time.Second
+	// DefaultPingInterval is how often a connection the adapter dials pings the server; two
+	// unanswered pings mark it dead and nats.go reconnects (a silent connection is found
+	// within about three intervals).
+	DefaultPingInterval = 2 * time.Second
+	// ReconnectWait is the pause between reconnection attempts of a connection the adapter dials.
+	ReconnectWait = 500 * time.Millisecond
 	// DefaultMaxDeliver is -1: JetStream never stops redelivering a message on its own, so it
 	// never drops one that millrace still means to retry or dead-letter.
 	DefaultMaxDeliver = -1
@@ -73,6 +79,10 @@ type Config struct {
 	// scheduled retry (the retry or dead-letter write failed, or a plain Watermill handler
 	// failed). Default 1 s.
 	NackDelay time.Duration
+	// PingInterval is how often a connection the adapter dials (Conn nil) pings the server, two
+	// unanswered pings closing it for a reconnect; it bounds how long a silent connection (a
+	// dropped NAT entry, a partition) goes unnoticed. Default 2 s (nats.go's own is 2 min).
+	PingInterval time.Duration
 	// Logger receives the adapter's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -111,6 +121,8 @@ func (c Config) Validate() error {
 		return configError("Window", strconv.Itoa(c.Window), "must not be negative (0 means "+strconv.Itoa(DefaultWindow)+")")
 	case c.NackDelay < 0:
 		return configError("NackDelay", c.NackDelay.String(), "must not be negative (0 means "+DefaultNackDelay.String()+")")
+	case c.PingInterval < 0:
+		return configError("PingInterval", c.PingInterval.String(), "must not be negative (0 means "+DefaultPingInterval.String()+")")
 	}
 	return nil
 }
@@ -160,6 +172,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.NackDelay == 0 {
 		c.NackDelay = DefaultNackDelay
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = DefaultPingInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

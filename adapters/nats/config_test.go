@@ -32,6 +32,7 @@ func TestConfigValidate(t *testing.T) {
 		{"max ack pending -2", func(c *Config) { c.MaxAckPending = -2 }, "nats.Config.MaxAckPending = -2"},
 		{"negative window", func(c *Config) { c.Window = -1 }, "nats.Config.Window = -1: must not be negative"},
 		{"negative nack delay", func(c *Config) { c.NackDelay = -time.Second }, "nats.Config.NackDelay = -1s"},
+		{"negative ping interval", func(c *Config) { c.PingInterval = -time.Second }, "nats.Config.PingInterval = -1s"},
 	}
 	for _, c := range cases {
 		cfg := ok
@@ -48,7 +49,7 @@ func TestConfigDefaults(t *testing.T) {
 	c := Config{Durable: "d"}
 	c.setDefaults()
 	if c.URL != DefaultURL || c.AckWait != DefaultAckWait || c.ProcessingBudget != DefaultProcessingBudget || c.MaxDeliver != -1 ||
-		c.MaxAckPending != -1 || c.Window != DefaultWindow || c.NackDelay != DefaultNackDelay || c.StreamName == nil || c.Logger == nil {
+		c.MaxAckPending != -1 || c.Window != DefaultWindow || c.NackDelay != DefaultNackDelay || c.PingInterval != DefaultPingInterval || c.StreamName == nil || c.Logger == nil {
 		t.Fatalf("defaults: %+v", c)
 	}
 	c = Config{Durable: "d", AckWait: 5 * time.Second}

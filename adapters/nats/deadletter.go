@@ -14,10 +14,26 @@ import (
 	"github.com/millrace/millrace/deadletter"
 )
 
-// writeTimeout bounds a dead-letter write whose context has no deadline of its own. The
-// write does not inherit the handler's cancellation: a handler that overran its budget is
-// still dead-lettered.
-const writeTimeout = 10 * time.Second
+// minWriteTime is the least time a dead-letter write is given, even past its deadline.
+const minWriteTime = 100 * time.Millisecond
+
+// writeDeadline is when a dead-letter write of d gives up: halfway between the end of the
+// processing budget and the end of AckWait (both counted from the hand-out, when the
+// subscription restarted the AckWait), so that a write whose PubAck does not come (its
+// connection died) fails while the delivery is still this consumer's, and the nack that
+// follows reaches the server before JetStream redelivers. The write does not inherit the
+// handler's cancellation: a handler that overran its budget is still dead-lettered.
+func (a *Adapter) writeDeadline(d *delivery) time.Time {
+	end := d.handed.Add(a.cfg.ProcessingBudget + (a.cfg.AckWait-a.cfg.ProcessingBudget)/2)
+	return later(end, time.Now().Add(minWriteTime))
+}
+
+func later(x, y time.Time) time.Time {
+	if x.After(y) {
+		return x
+	}
+	return y
+}
 
 // reservedPrefix starts the header names the NATS server acts on (Nats-Msg-Id deduplicates,
 // Nats-Expected-* make a publish fail). An original header with such a name is written to the
@@ -39,7 +55,9 @@ func EscapeHeader(name string) string {
 // ".dlq"): the payload byte for byte, every original header with every value (names escaped by
 // EscapeHeader), and rec.Fields() as headers. Only once JetStream acknowledged that write is
 // the original terminated (Term), so it is never delivered again; a failed write leaves it
-// unsettled, and the subscription's nack redelivers it after Config.NackDelay.
+// unsettled, and the subscription's nack redelivers it after Config.NackDelay. The write waits
+// for the PubAck until halfway between the end of ProcessingBudget and the end of AckWait,
+// counted from the delivery's hand-out (see writeDeadline).
 func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec deadletter.Record) error {
 	d := deliveryFrom(msg)
 	if d == nil {
@@ -47,7 +65,7 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 	}
 	subject := a.DeadLetterTopic(d.msg.Subject())
 	m := deadLetterMsg(subject, d.msg.Headers(), d.msg.Data(), rec)
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), a.writeDeadline(d))
 	defer cancel()
 	if err := a.publishDeadLetter(wctx, m); err != nil {
 		return fmt.Errorf("%w: nats: %w", millrace.ErrDeadLetterFailed, err)

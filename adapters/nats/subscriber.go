@@ -23,6 +23,7 @@ type delivery struct {
 	msg     jetstream.Msg
 	meta    *jetstream.MsgMetadata
 	settled atomic.Bool // a retry was scheduled or the message was terminated
+	handed  time.Time   // when it was handed out, its AckWait restarted (InProgress)
 }
 
 // settle marks the delivery settled; false when it already was.
@@ -166,6 +167,7 @@ func (s *subscriber) handOut(ctx context.Context, topic string, jm jetstream.Msg
 	// The message may have waited in the pull buffer for a free slot: restart its AckWait, so
 	// the handler has a whole AckWait (more than ProcessingBudget) from now.
 	_ = jm.InProgress()
+	d.handed = time.Now()
 	select {
 	case out <- msg:
 	case <-ctx.Done():
