@@ -346,34 +346,10 @@ func (c *scramClient) Done() bool { return c.conv.Done() }
 // connect opens the client the broker's operations (and the reachability check) use, with the
 // adapter's TLS and SASL settings (StoreSaramaConfig copies Config.Sarama) and the operations
 // timeouts (operationsConfig). Its error is one line naming the URL without its password. It
-// returns when ctx ends, with ctx.Err() wrapped: Sarama's NewClient takes no context, so it
-// goes on in the background, and the client it may still return is closed.
+// returns when ctx ends, with ctx.Err() wrapped (see newClient).
 func connect(ctx context.Context, u *url.URL, cfg Config, x urlExtra) (sarama.Client, error) {
 	where := brokerurl.Redact(u.String())
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", where, err)
-	}
-	type result struct {
-		client sarama.Client
-		err    error
-	}
-	done := make(chan result, 1)
-	go func() {
-		c, err := sarama.NewClient(cfg.Brokers, operationsConfig(cfg, x))
-		done <- result{c, err}
-	}()
-	var r result
-	select {
-	case r = <-done:
-	case <-ctx.Done():
-		go func() {
-			if r := <-done; r.err == nil {
-				_ = r.client.Close()
-			}
-		}()
-		return nil, fmt.Errorf("connect to %s: %w", where, ctx.Err())
-	}
-	client, err := r.client, r.err
+	client, err := newClient(ctx, cfg.Brokers, operationsConfig(cfg, x))
 	if err == nil {
 		return client, nil
 	}
@@ -389,6 +365,34 @@ func connect(ctx context.Context, u *url.URL, cfg Config, x urlExtra) (sarama.Cl
 			where, sc.Net.SASL.Mechanism, sc.Net.SASL.User, hint, sarama.ErrSASLAuthenticationFailed, err)
 	}
 	return nil, fmt.Errorf("connect to %s: %w", where, err)
+}
+
+// newClient is sarama.NewClient returning ctx.Err() when ctx ends first: NewClient takes no
+// context, so it goes on in the background, and the client it may still return is closed.
+func newClient(ctx context.Context, brokers []string, sc *sarama.Config) (sarama.Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	type result struct {
+		client sarama.Client
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := sarama.NewClient(brokers, sc)
+		done <- result{c, err}
+	}()
+	select {
+	case r := <-done:
+		return r.client, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.err == nil {
+				_ = r.client.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
 }
 
 // OpenAdapter opens the adapter u names, after checking a broker answers (and the TLS and SASL
@@ -419,7 +423,7 @@ func (urlDriver) Open(ctx context.Context, u *url.URL, opts brokerurl.Options) (
 	if err != nil {
 		return nil, err
 	}
-	b := &urlBroker{client: client, keys: map[string]string{}}
+	b := &urlBroker{client: client, brokers: cfg.Brokers, keys: map[string]string{}}
 	cfg.PartitionKey = b.partitionKey
 	b.a, err = New(cfg)
 	if err != nil {
@@ -434,8 +438,9 @@ func (urlDriver) Open(ctx context.Context, u *url.URL, opts brokerurl.Options) (
 // letters are read from the adapter's dead-letter topics with removed marks in
 // "<dlq>.replayed" (DeadLetterStore).
 type urlBroker struct {
-	a      *Adapter
-	client sarama.Client
+	a       *Adapter
+	client  sarama.Client
+	brokers []string // the URL's, for DeadLetterDestinations' extra clients
 
 	mu       sync.Mutex
 	keys     map[string]string   // message UUID -> record key of the replay being published
@@ -456,7 +461,8 @@ func (b *urlBroker) Adapter() millrace.Adapter { return b.a }
 // records still retained, less those replayed or purged. A topic whose partitions are all
 // empty (first offset = end offset) holds none, whatever its marks (marks only hide records):
 // it is not read. The others are read as the store does, to their end, destinationReaders at a
-// time. It returns when ctx ends.
+// time, each reader on a client of its own (a broker answers the requests of one connection in
+// order, so readers sharing one would wait on each other's fetches). It returns when ctx ends.
 func (b *urlBroker) DeadLetterDestinations(ctx context.Context) ([]brokerurl.Destination, error) {
 	if err := b.client.RefreshMetadata(); err != nil {
 		return nil, fmt.Errorf("kafka: list topics: %w", err)
@@ -477,39 +483,101 @@ func (b *urlBroker) DeadLetterDestinations(ctx context.Context) ([]brokerurl.Des
 	defer cancel()
 	var (
 		mu     sync.Mutex
-		failed error // the first error, which cancels the other reads
-		wg     sync.WaitGroup
+		failed error // the first error, which cancels the other work
 	)
-	depths := make([]int64, len(names))
-	gone := make([]bool, len(names)) // deleted since the listing
-	sem := make(chan struct{}, destinationReaders)
-	for i, n := range names {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
+	fail := func(err error) {
+		mu.Lock()
+		if failed == nil {
+			failed = err
+			cancel()
 		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			depth, err := b.destinationDepth(ctx, n)
-			switch {
-			case errors.Is(err, deadletter.ErrDestinationNotFound):
-				gone[i] = true
-			case err != nil:
-				mu.Lock()
-				if failed == nil {
-					failed = err
-					cancel()
-				}
-				mu.Unlock()
-			default:
-				depths[i] = depth
-			}
-		})
+		mu.Unlock()
 	}
-	wg.Wait()
+	const (
+		read  = iota // to be read by a store
+		empty        // depth 0
+		gone         // deleted since the listing
+	)
+	state := make([]int, len(names))
+	depths := make([]int64, len(names))
+	// each runs fn(worker, i) for every i in todo, on n workers, until ctx ends.
+	each := func(n int, todo []int, fn func(worker, i int)) {
+		next := make(chan int)
+		var wg sync.WaitGroup
+		for w := range min(n, len(todo)) {
+			wg.Go(func() {
+				for i := range next {
+					fn(w, i)
+				}
+			})
+		}
+	feed:
+		for _, i := range todo {
+			select {
+			case next <- i:
+			case <-ctx.Done():
+				break feed
+			}
+		}
+		close(next)
+		wg.Wait()
+	}
+
+	all := make([]int, len(names))
+	for i := range all {
+		all[i] = i
+	}
+	each(destinationReaders, all, func(_, i int) {
+		e, err := topicEmpty(b.client, names[i])
+		switch {
+		case errors.Is(err, sarama.ErrUnknownTopicOrPartition):
+			state[i] = gone
+		case err != nil:
+			fail(fmt.Errorf("kafka: count the dead letters of %s: %w", names[i], err))
+		case e:
+			state[i] = empty
+		}
+	})
+	var toRead []int
+	for i := range names {
+		if state[i] == read {
+			toRead = append(toRead, i)
+		}
+	}
+	// Reader 0 uses the broker's client, the others one each, connected when needed.
+	clients := make([]sarama.Client, min(destinationReaders, len(toRead)))
+	defer func() {
+		for _, c := range clients[min(1, len(clients)):] {
+			if c != nil {
+				_ = c.Close()
+			}
+		}
+	}()
+	each(destinationReaders, toRead, func(w, i int) {
+		if ctx.Err() != nil {
+			return
+		}
+		if clients[w] == nil {
+			clients[w] = b.client
+			if w > 0 {
+				c, err := newClient(ctx, b.brokers, b.client.Config())
+				if err != nil {
+					fail(fmt.Errorf("kafka: connect a reader: %w", err))
+					return
+				}
+				clients[w] = c
+			}
+		}
+		depth, err := storeDepth(ctx, clients[w], names[i])
+		switch {
+		case errors.Is(err, deadletter.ErrDestinationNotFound):
+			state[i] = gone
+		case err != nil:
+			fail(err)
+		default:
+			depths[i] = depth
+		}
+	})
 	if failed != nil {
 		return nil, failed
 	}
@@ -518,35 +586,21 @@ func (b *urlBroker) DeadLetterDestinations(ctx context.Context) ([]brokerurl.Des
 	}
 	out := make([]brokerurl.Destination, 0, len(names))
 	for i, n := range names {
-		if !gone[i] {
+		if state[i] != gone {
 			out = append(out, brokerurl.Destination{Name: n, Topic: strings.TrimSuffix(n, DeadLetterSuffix), Depth: depths[i]})
 		}
 	}
 	return out, nil
 }
 
-// destinationReaders bounds the dead-letter topics DeadLetterDestinations reads at once: each
-// read is a store that fetches its topic's records and marks to their end.
+// destinationReaders bounds the dead-letter topics DeadLetterDestinations checks or reads at
+// once (and the clients it connects for reading: destinationReaders-1 besides the broker's).
 const destinationReaders = 4
 
-// destinationDepth returns the number of dead letters the store holds in the dead-letter topic
-// dlq: 0 without reading when every partition is empty, else the store's Count. It wraps
-// deadletter.ErrDestinationNotFound when the topic is gone.
-func (b *urlBroker) destinationDepth(ctx context.Context, dlq string) (int64, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	empty, err := topicEmpty(b.client, dlq)
-	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
-		return 0, &deadletter.DestinationNotFoundError{Kind: "topic", Name: dlq}
-	}
-	if err != nil {
-		return 0, fmt.Errorf("kafka: count the dead letters of %s: %w", dlq, err)
-	}
-	if empty {
-		return 0, nil
-	}
-	s, err := NewDeadLetterStore(b.client, dlq, StoreConfig{})
+// storeDepth returns the store's Count with no filter of the dead-letter topic dlq, read
+// through client. It wraps deadletter.ErrDestinationNotFound when the topic is gone.
+func storeDepth(ctx context.Context, client sarama.Client, dlq string) (int64, error) {
+	s, err := NewDeadLetterStore(client, dlq, StoreConfig{})
 	if err != nil {
 		return 0, err
 	}
