@@ -60,9 +60,13 @@
 // millrace means to retry or dead-letter. A positive Config.MaxDeliver must exceed the
 // policy's MaxAttempts (Provision refuses it otherwise, and Capabilities.DeliveryLimit is
 // MaxDeliver-1): one delivery past the last attempt is left for a dead-letter write that
-// failed. A message whose deliveries run out anyway (writes failing MaxDeliver-MaxAttempts
-// times) stays in the stream, undelivered; the adapter does not yet listen to the
-// max-deliveries advisory.
+// failed. As a safety net, every subscription then listens (a queue subscription, one member
+// per durable) to the consumer's max-deliveries advisory
+// ($JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<durable>): a message whose deliveries
+// ran out anyway (its dead-letter writes failed MaxDeliver-MaxAttempts times) is read back from
+// the stream by sequence and dead-lettered as exhausted, its data and headers intact, with up
+// to five tries. An advisory is a plain NATS message: one sent while no subscription of the
+// durable runs is lost, and its message stays in the stream, undelivered.
 //
 // # Dead letters
 //

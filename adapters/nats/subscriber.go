@@ -88,6 +88,11 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		s.wg.Done()
 		return nil, err
 	}
+	stopAdvisories, err := s.a.watchMaxDeliveries(topic)
+	if err != nil {
+		s.wg.Done()
+		return nil, err
+	}
 	out := make(chan *message.Message)
 	sctx, cancel := context.WithCancel(ctx)
 	go func() {
@@ -97,6 +102,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	go func() {
 		defer s.wg.Done()
 		defer cancel()
+		defer stopAdvisories()
 		s.run(sctx, topic, cons, out)
 	}()
 	return out, nil
