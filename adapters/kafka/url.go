@@ -64,8 +64,10 @@ func init() { brokerurl.Register(urlDriver{}) }
 //
 // Without dial_timeout and read_timeout the adapter keeps Sarama's 30 s, and the broker's
 // operations client (the one the CLI's commands use, see Open) dials for at most
-// opsDialTimeout, waits opsReadTimeout for a response, and stops retrying a metadata request
-// after opsMetadataTimeout, so an unresponsive cluster fails in about 30 s, not minutes.
+// opsDialTimeout (10 s), waits opsReadTimeout (15 s) for a response, stops retrying a metadata
+// request after opsMetadataTimeout (20 s), and gives up connecting after opsConnectTimeout
+// (30 s), so an unresponsive cluster fails in 30 s, not minutes. A dial_timeout or
+// read_timeout the URL sets replaces its bound, and connecting is then not bounded as a whole.
 // Opening also returns as soon as its context ends.
 type urlDriver struct{}
 
@@ -94,6 +96,9 @@ const (
 	opsDialTimeout     = 10 * time.Second
 	opsReadTimeout     = 15 * time.Second
 	opsMetadataTimeout = 20 * time.Second
+	// opsConnectTimeout bounds connecting the operations client as a whole (Sarama's retries
+	// of an unanswered first request added up to 45 s with the bounds above).
+	opsConnectTimeout = 30 * time.Second
 )
 
 // operationsConfig is the configuration of the operations client: the store's (with the
@@ -349,9 +354,17 @@ func (c *scramClient) Done() bool { return c.conv.Done() }
 // returns when ctx ends, with ctx.Err() wrapped (see newClient).
 func connect(ctx context.Context, u *url.URL, cfg Config, x urlExtra) (sarama.Client, error) {
 	where := brokerurl.Redact(u.String())
+	if x.dialTimeout == 0 && x.readTimeout == 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, opsConnectTimeout, errConnectTimeout)
+		defer cancel()
+	}
 	client, err := newClient(ctx, cfg.Brokers, operationsConfig(cfg, x))
 	if err == nil {
 		return client, nil
+	}
+	if context.Cause(ctx) == errConnectTimeout {
+		return nil, fmt.Errorf("connect to %s: no broker answered within %v (set dial_timeout or read_timeout for a slower cluster): %w", where, opsConnectTimeout, err)
 	}
 	// A broker answers a failed authentication with an error code, or (as kfake and proxies
 	// do) by closing the connection: either way the credentials are the likely cause.
@@ -366,6 +379,9 @@ func connect(ctx context.Context, u *url.URL, cfg Config, x urlExtra) (sarama.Cl
 	}
 	return nil, fmt.Errorf("connect to %s: %w", where, err)
 }
+
+// errConnectTimeout is the cause of connect's own deadline.
+var errConnectTimeout = errors.New("connect timeout")
 
 // newClient is sarama.NewClient returning ctx.Err() when ctx ends first: NewClient takes no
 // context, so it goes on in the background, and the client it may still return is closed.
