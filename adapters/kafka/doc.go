@@ -224,7 +224,9 @@
 //
 // The query parameters: group (ConsumerGroup, required to consume), at_least_once,
 // transactional_id_prefix, partitions, replication_factor, version (Sarama.Version, at least
-// 2.5.0 unless at_least_once=true); TLS with tls=true, tls_ca, tls_cert and tls_key (PEM files),
+// 2.5.0 unless at_least_once=true), dial_timeout and read_timeout (Sarama.Net; the CLI's
+// operations client otherwise dials 10 s, reads 15 s and gives up connecting after 30 s, and
+// opening returns when its context ends); TLS with tls=true, tls_ca, tls_cert and tls_key (PEM files),
 // tls_server_name, tls_insecure_skip_verify; SASL with sasl=plain, scram-sha-256 or
 // scram-sha-512 and the user and password of the URL's userinfo (percent-encoded; never a
 // parameter, so that errors and logs hide it). Every client the adapter builds (admin,
