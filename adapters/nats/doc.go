@@ -19,7 +19,8 @@
 // _watermill_message_uuid (as watermill-nats writes it) and every metadata key is a header of
 // the same name. NATS keeps header names as written, but the server refuses a name outside the
 // RFC 7230 token characters: such a key (a space, non-ASCII, ':') is written as
-// "millrace-key-" + its hex (KeyHexPrefix) and read back as the key. NATS drops a value's
+// "millrace-key-" + its hex (KeyHexPrefix; so is a key that is itself such an encoding) and
+// read back as the key. NATS drops a value's
 // leading whitespace and cannot carry line breaks, so Publish refuses such values, naming the
 // key.
 //
