@@ -17,7 +17,7 @@ const DefaultURL = "nats://127.0.0.1:4222"
 // Defaults of Config, applied to zero fields.
 const (
 	DefaultAckWait          = 30 * time.Second
-	DefaultProcessingBudget = 20 * time.Second
+	DefaultProcessingBudget = 12 * time.Second
 	DefaultWindow           = 64
 	DefaultNackDelay        = time.Second
 	// DefaultPingInterval is how often a connection the adapter dials pings the server; two
@@ -41,9 +41,11 @@ const (
 // How AckWait, the budget and the policy relate: JetStream hands a message it has not heard
 // back about within AckWait to another consumer of the durable. ProcessingBudget is the longest
 // a handler may hold a message (router.Config.Budget plus headroom for the retry or dead-letter
-// write); Validate refuses a ProcessingBudget that is not below AckWait, and the adapter is a
-// millrace.BudgetBounded, so the router refuses a longer router.Config.Budget. A retry's delay
-// is a NakWithDelay and is independent of AckWait.
+// write). A message may also wait in the client's pull buffer (up to Window of them) until a
+// handler is free, which takes at most one budget, and its AckWait runs from its delivery to
+// the client: so Validate refuses a ProcessingBudget that is not below half of AckWait, and
+// the adapter is a millrace.BudgetBounded, so the router refuses a longer
+// router.Config.Budget. A retry's delay is a NakWithDelay and is independent of AckWait.
 type Config struct {
 	// Conn is the NATS connection. Optional: when nil the adapter connects to URL and closes
 	// that connection on Close; a Conn passed in is never closed by the adapter.
@@ -59,8 +61,9 @@ type Config struct {
 	// AckWait is how long JetStream waits for an acknowledgement before it redelivers.
 	// Default 30 s.
 	AckWait time.Duration
-	// ProcessingBudget is the longest a live consumer holds a message; it must be below
-	// AckWait. Default 20 s (and never more than AckWait minus one tenth of it).
+	// ProcessingBudget is the longest a live consumer holds a message; it must be below half
+	// of AckWait (see the type's documentation). Default 12 s, and 40 % of AckWait for
+	// another AckWait.
 	ProcessingBudget time.Duration
 	// MaxDeliver is the consumer's cap on deliveries of one message. Default -1 (no cap). When
 	// positive it must be at least 2, and Provision refuses a policy whose MaxAttempts is not
@@ -71,9 +74,9 @@ type Config struct {
 	// subscriptions; messages waiting for a delayed retry count against it. Default -1 (none).
 	MaxAckPending int
 	// Window is how many messages one subscription has in flight (handed out, not yet acked,
-	// nacked or scheduled for retry); the client buffers up to Window more. A message taken
-	// from the buffer gets a fresh AckWait (InProgress) when it is handed out. Default 64; 1
-	// handles a subscription's messages one at a time in stream order (retries excepted).
+	// nacked or scheduled for retry); the client buffers up to Window more, whose AckWait
+	// runs while they wait (see the type's documentation). Default 64; 1 handles a
+	// subscription's messages one at a time in stream order (retries excepted).
 	Window int
 	// NackDelay is how long JetStream waits before it redelivers a message nacked without a
 	// scheduled retry (the retry or dead-letter write failed, or a plain Watermill handler
@@ -107,9 +110,9 @@ func (c Config) Validate() error {
 		return configError("AckWait", c.AckWait.String(), "must be at least 10ms")
 	case c.ProcessingBudget < 0:
 		return configError("ProcessingBudget", c.ProcessingBudget.String(), "must not be negative (0 means "+c.budget().String()+")")
-	case c.ProcessingBudget >= ackWait:
+	case 2*c.ProcessingBudget >= ackWait:
 		return configError("ProcessingBudget", c.ProcessingBudget.String(),
-			"must be below AckWait ("+ackWait.String()+"): JetStream would hand a message whose handler still runs to another consumer")
+			"must be below half of AckWait ("+ackWait.String()+"): a message can wait one budget in the pull buffer, and JetStream would hand a message whose handler still runs to another consumer")
 	case c.MaxDeliver == 0 || c.MaxDeliver == -1:
 	case c.MaxDeliver < 2:
 		return configError("MaxDeliver", strconv.Itoa(c.MaxDeliver), "must be -1 (no cap), 0 (the default, -1) or at least 2")
@@ -144,12 +147,12 @@ func (c Config) ackWait() time.Duration {
 	return c.AckWait
 }
 
-// budget is ProcessingBudget or its default: 20 s, or 90 % of a shorter AckWait.
+// budget is ProcessingBudget or its default: 40 % of AckWait (12 s for the default 30 s).
 func (c Config) budget() time.Duration {
 	if c.ProcessingBudget != 0 {
 		return c.ProcessingBudget
 	}
-	return min(DefaultProcessingBudget, c.ackWait()-c.ackWait()/10)
+	return c.ackWait() * 2 / 5
 }
 
 func (c *Config) setDefaults() {

@@ -24,9 +24,9 @@ func TestConfigValidate(t *testing.T) {
 		{"durable with a dot", func(c *Config) { c.Durable = "a.b" }, "nats.Config.Durable = \"a.b\": must be a JetStream name"},
 		{"url scheme", func(c *Config) { c.URL = "http://x" }, "nats.Config.URL"},
 		{"negative ack wait", func(c *Config) { c.AckWait = -time.Second }, "nats.Config.AckWait = -1s: must not be negative"},
-		{"budget equal to ack wait", func(c *Config) { c.AckWait = 10 * time.Second; c.ProcessingBudget = 10 * time.Second },
-			"nats.Config.ProcessingBudget = 10s: must be below AckWait (10s)"},
-		{"budget above the default ack wait", func(c *Config) { c.ProcessingBudget = time.Minute }, "must be below AckWait (30s)"},
+		{"budget half of ack wait", func(c *Config) { c.AckWait = 10 * time.Second; c.ProcessingBudget = 5 * time.Second },
+			"nats.Config.ProcessingBudget = 5s: must be below half of AckWait (10s)"},
+		{"budget above the default ack wait", func(c *Config) { c.ProcessingBudget = 15 * time.Second }, "must be below half of AckWait (30s)"},
 		{"max deliver 1", func(c *Config) { c.MaxDeliver = 1 }, "nats.Config.MaxDeliver = 1: must be -1 (no cap), 0 (the default, -1) or at least 2"},
 		{"max deliver -2", func(c *Config) { c.MaxDeliver = -2 }, "nats.Config.MaxDeliver = -2"},
 		{"max ack pending -2", func(c *Config) { c.MaxAckPending = -2 }, "nats.Config.MaxAckPending = -2"},
@@ -44,7 +44,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// TestConfigDefaults: the documented defaults; a short AckWait shortens the default budget.
+// TestConfigDefaults: the documented defaults; the default budget is 40 % of AckWait.
 func TestConfigDefaults(t *testing.T) {
 	c := Config{Durable: "d"}
 	c.setDefaults()
@@ -54,8 +54,8 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	c = Config{Durable: "d", AckWait: 5 * time.Second}
 	c.setDefaults()
-	if c.ProcessingBudget != 4500*time.Millisecond {
-		t.Fatalf("budget with AckWait 5s: %s, want 4.5s", c.ProcessingBudget)
+	if c.ProcessingBudget != 2*time.Second || c.Validate() != nil {
+		t.Fatalf("budget with AckWait 5s: %s (%v), want 2s", c.ProcessingBudget, c.Validate())
 	}
 }
 

@@ -37,7 +37,7 @@ func (c cutTarget) Connect(_ context.Context, t testing.TB, topic string, proxie
 	if c.ackWait > 0 {
 		ackWait = c.ackWait
 	}
-	cfg := Config{URL: "nats://" + proxied[0], Durable: "cutbattery", AckWait: ackWait, ProcessingBudget: 3 * time.Second,
+	cfg := Config{URL: "nats://" + proxied[0], Durable: "cutbattery", AckWait: ackWait, ProcessingBudget: 2 * time.Second,
 		NackDelay: 200 * time.Millisecond, Logger: logger}
 	a, err := New(cfg)
 	if err != nil {
@@ -113,7 +113,7 @@ func (b *brokenTarget) Connect(ctx context.Context, t testing.TB, topic string, 
 // TestCutBatteryCatchesAckWithoutDeadLetter: the battery fails an adapter that acks a message
 // whose dead letter was not written. The cut is a black hole (a reset often leaves nats.go
 // time to resend the write after reconnecting, so it does not fail), and AckWait is long, so
-// that the write fails (at its deadline, 11.5 s after the hand-out) and the wrong ack reaches
+// that the write fails (at its deadline, 10 s after the hand-out) and the wrong ack reaches
 // the server before JetStream would redeliver.
 func TestCutBatteryCatchesAckWithoutDeadLetter(t *testing.T) {
 	target := &brokenTarget{cutTarget: cutTarget{ackWait: 20 * time.Second}}

@@ -17,14 +17,15 @@ import (
 // minWriteTime is the least time a dead-letter write is given, even past its deadline.
 const minWriteTime = 100 * time.Millisecond
 
-// writeDeadline is when a dead-letter write of d gives up: halfway between the end of the
-// processing budget and the end of AckWait (both counted from the hand-out, when the
-// subscription restarted the AckWait), so that a write whose PubAck does not come (its
-// connection died) fails while the delivery is still this consumer's, and the nack that
-// follows reaches the server before JetStream redelivers. The write does not inherit the
-// handler's cancellation: a handler that overran its budget is still dead-lettered.
+// writeDeadline is when a dead-letter write of d gives up: the hand-out plus the budget plus
+// half of what AckWait leaves after two budgets. The delivery reached the client at most one
+// budget before its hand-out (it waited in the pull buffer), so this is before JetStream would
+// redeliver it: a write whose PubAck does not come (its connection died) fails while the
+// delivery is still this consumer's, and the nack that follows reaches the server first. The
+// write does not inherit the handler's cancellation: a handler that overran its budget is
+// still dead-lettered.
 func (a *Adapter) writeDeadline(d *delivery) time.Time {
-	end := d.handed.Add(a.cfg.ProcessingBudget + (a.cfg.AckWait-a.cfg.ProcessingBudget)/2)
+	end := d.handed.Add(a.cfg.ProcessingBudget + (a.cfg.AckWait-2*a.cfg.ProcessingBudget)/2)
 	return later(end, time.Now().Add(minWriteTime))
 }
 
@@ -56,8 +57,7 @@ func EscapeHeader(name string) string {
 // EscapeHeader), and rec.Fields() as headers. Only once JetStream acknowledged that write is
 // the original terminated (Term), so it is never delivered again; a failed write leaves it
 // unsettled, and the subscription's nack redelivers it after Config.NackDelay. The write waits
-// for the PubAck until halfway between the end of ProcessingBudget and the end of AckWait,
-// counted from the delivery's hand-out (see writeDeadline).
+// for the PubAck until writeDeadline, before JetStream would redeliver the original.
 func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec deadletter.Record) error {
 	d := deliveryFrom(msg)
 	if d == nil {

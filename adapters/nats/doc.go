@@ -50,10 +50,14 @@
 //
 // # Processing budget
 //
-// JetStream redelivers a message that is not acknowledged within AckWait. The adapter is a
-// millrace.BudgetBounded whose MaxBudget is Config.ProcessingBudget, which Validate keeps
-// below AckWait, so a handler within its budget never loses its message to another consumer.
-// InProgress heartbeats are not sent: a budget past AckWait is refused instead.
+// JetStream redelivers a message that is not acknowledged within AckWait, counted from its
+// delivery to the client. The adapter is a millrace.BudgetBounded whose MaxBudget is
+// Config.ProcessingBudget, which Validate keeps below half of AckWait: a message waits at most
+// one budget in the pull buffer for a free handler (every handler in flight ends within its
+// budget), then its handler runs at most one budget, so a handler within its budget never
+// loses its message to another consumer. InProgress is not sent (on NATS 2.9.10 an
+// in-progress ack per message stalled pull consumption for 30 s now and then); a longer budget
+// is refused instead.
 //
 // # MaxDeliver
 //
@@ -90,11 +94,12 @@
 // A subscription has up to Config.Window messages in flight, and up to Window more in the
 // client's pull buffer (one MessagesContext, one inbox for all its pull requests: with a new
 // inbox per Fetch, NATS 2.9.10 was seen sending a redelivery to a request the client had
-// just closed, then delivering it 1 s later with NumDelivered back at 1). A message leaving
-// the buffer gets a fresh AckWait (InProgress) as it is handed out. The Watermill
+// just closed, then delivering it 1 s later with NumDelivered back at 1). The Watermill
 // router handles them concurrently; Window 1 handles a subscription's messages one at a time
-// in stream order, retries excepted. Acks are sent without waiting for the server's
-// confirmation: delivery is at least once.
+// in stream order, retries excepted, but on NATS 2.9.10 it was seen to stall for a pull
+// request's expiry now and then (the subscription pulls with a 5 s expiry to bound that; see
+// README.md). Acks are sent without waiting for the server's confirmation: delivery is at
+// least once.
 //
 // # Crashes
 //
@@ -117,7 +122,7 @@
 //
 // What a cut connection to the server costs, as the cut battery (conformance/cutbattery, run
 // by TestCutBattery) measures it: six cuts per run, resets of 2 s and black holes of 4 s,
-// landing on dead-letter writes, retry writes and acks; AckWait 5 s, ProcessingBudget 3 s.
+// landing on dead-letter writes, retry writes and acks; AckWait 5 s, ProcessingBudget 2 s.
 //
 //   - The adapter resumes by itself: nats.go reconnects (every ReconnectWait, 500 ms, for a
 //     connection the adapter dials) and the subscription pulls again. A silent connection is
@@ -126,7 +131,7 @@
 //   - Bound: a subscription delivers again within 3 × PingInterval + ReconnectWait + 2 s after
 //     the connection is restored (8.5 s with the defaults). Measured: at most about 5 s.
 //   - Nothing is lost, and nothing is acknowledged without its write: a dead-letter write
-//     waits for its PubAck until halfway between the end of the budget and the end of AckWait,
+//     waits for its PubAck until before JetStream could redeliver the original (writeDeadline),
 //     then fails, and the original is nacked, never terminated; a Nak or Ack lost in the cut
 //     leaves the message to JetStream's redelivery after AckWait, which the battery's settle
 //     time (AckWait plus the detection time) covers.

@@ -42,12 +42,12 @@ func testConn(tb testing.TB) *nats.Conn {
 	return nc
 }
 
-// testConfig is a configuration with test timings: AckWait 2 s, budget 1 s, NackDelay 100 ms.
+// testConfig is a configuration with test timings: AckWait 3 s, budget 1 s, NackDelay 100 ms.
 func testConfig() Config {
 	return Config{
 		URL:              natsURL(),
 		Durable:          "millrace-test",
-		AckWait:          2 * time.Second,
+		AckWait:          3 * time.Second,
 		ProcessingBudget: time.Second,
 		NackDelay:        100 * time.Millisecond,
 	}

@@ -31,7 +31,7 @@ func newKillTarget() killTarget {
 		Durable:          "millrace-killbattery",
 		Window:           8,
 		AckWait:          3 * time.Second,
-		ProcessingBudget: 2 * time.Second,
+		ProcessingBudget: time.Second,
 		NackDelay:        100 * time.Millisecond,
 		Logger:           slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}}

@@ -17,13 +17,18 @@ import (
 // fetchRetrySleep is the pause after a failed fetch or consumer lookup.
 const fetchRetrySleep = 250 * time.Millisecond
 
+// pullExpiry is how long one pull request of a subscription waits on the server. nats.go's
+// default is 30 s; on NATS 2.9.10 consumption was seen to stall for a whole expiry now and
+// then (in the benchmark, Window 1), so a short one bounds such a stall.
+const pullExpiry = 5 * time.Second
+
 // delivery is one JetStream delivery, kept in the Watermill message's context for
 // DecodeAttempt, ScheduleRetry and DeadLetter. Nothing in it comes from message content.
 type delivery struct {
 	msg     jetstream.Msg
 	meta    *jetstream.MsgMetadata
 	settled atomic.Bool // a retry was scheduled or the message was terminated
-	handed  time.Time   // when it was handed out, its AckWait restarted (InProgress)
+	handed  time.Time   // when it was handed out to the consumer
 }
 
 // settle marks the delivery settled; false when it already was.
@@ -121,7 +126,7 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 		close(out)
 	}()
 	for ctx.Err() == nil {
-		iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Window))
+		iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Window), jetstream.PullExpiry(pullExpiry))
 		if err != nil {
 			cfg.Logger.Warn("nats: pull failed", "topic", topic, "error", err)
 			sleep(ctx, fetchRetrySleep)
@@ -170,9 +175,9 @@ func (s *subscriber) handOut(ctx context.Context, topic string, jm jetstream.Msg
 		mctx = millrace.WithDecodeError(mctx, derr)
 	}
 	msg.SetContext(mctx)
-	// The message may have waited in the pull buffer for a free slot: restart its AckWait, so
-	// the handler has a whole AckWait (more than ProcessingBudget) from now.
-	_ = jm.InProgress()
+	// No InProgress here: on NATS 2.9.10 an in-progress ack per message stalled pull
+	// consumption for the pull request's expiry (30 s) now and then. Config.Validate keeps
+	// two budgets (the wait for a slot, then the handler) below AckWait instead.
 	d.handed = time.Now()
 	select {
 	case out <- msg:

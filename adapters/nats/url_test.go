@@ -24,12 +24,12 @@ func mustURL(t *testing.T, s string) *url.URL {
 
 // TestURLParameters: every parameter reaches its Config field; the URL keeps the user and host.
 func TestURLParameters(t *testing.T) {
-	u := mustURL(t, "nats://me:secret@127.0.0.1:4222?durable=billing&ack_wait=40s&processing_budget=30s&max_deliver=9&max_ack_pending=500&window=8&nack_delay=2s")
+	u := mustURL(t, "nats://me:secret@127.0.0.1:4222?durable=billing&ack_wait=40s&processing_budget=15s&max_deliver=9&max_ack_pending=500&window=8&nack_delay=2s")
 	cfg, err := configFromURL(u, brokerurl.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{URL: "nats://me:secret@127.0.0.1:4222", Durable: "billing", AckWait: 40 * time.Second, ProcessingBudget: 30 * time.Second,
+	want := Config{URL: "nats://me:secret@127.0.0.1:4222", Durable: "billing", AckWait: 40 * time.Second, ProcessingBudget: 15 * time.Second,
 		MaxDeliver: 9, MaxAckPending: 500, Window: 8, NackDelay: 2 * time.Second}
 	got := cfg
 	got.Logger, got.StreamName = nil, nil
@@ -54,7 +54,7 @@ func TestURLRefusals(t *testing.T) {
 		{"nats://h:4222?durable=d&windw=3", brokerurl.Options{}, "does not take windw; did you mean window?", brokerurl.ErrUnknownParameter},
 		{"nats://h:4222", brokerurl.Options{}, "needs parameter durable", brokerurl.ErrInvalidURL},
 		{"nats://h:4222?durable=d&window=x", brokerurl.Options{}, `parameter window="x"`, brokerurl.ErrInvalidURL},
-		{"nats://h:4222?durable=d&ack_wait=10s&processing_budget=10s", brokerurl.Options{}, `parameter processing_budget="10s" (nats.Config.ProcessingBudget) must be below AckWait`, brokerurl.ErrInvalidURL},
+		{"nats://h:4222?durable=d&ack_wait=10s&processing_budget=10s", brokerurl.Options{}, `parameter processing_budget="10s" (nats.Config.ProcessingBudget) must be below half of AckWait (10s)`, brokerurl.ErrInvalidURL},
 		{"nats://h:4222?durable=a.b", brokerurl.Options{}, `parameter durable="a.b"`, brokerurl.ErrInvalidURL},
 		{"nats://h:4222?durable=d&max_deliver=1", brokerurl.Options{}, `parameter max_deliver="1"`, brokerurl.ErrInvalidURL},
 		{"nats://h:4222/x?durable=d", brokerurl.Options{}, "takes no path", brokerurl.ErrInvalidURL},
