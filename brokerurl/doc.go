@@ -4,8 +4,9 @@
 //	redis://[user:password@]host:port/db?group=G        rediss:// for TLS
 //	amqp://user:password@host:port/vhost                 amqps:// for TLS; ?management=URL
 //	                                                     is the management API that lists DLQs
-//	kafka://host:port[,host:port...]?group=G[&tls=true&sasl=scram-sha-512...]
+//	kafka://[user:password@]host:port[,host:port...]?group=G[&tls=true&sasl=scram-sha-512...]
 //	sqs+https://sqs.<region>.amazonaws.com               sqs+http://host:port for a local endpoint
+//	nats://host:4222?durable=D                           NATS JetStream
 //	postgres://...                                       the table store (dead letters only)
 //
 // Each adapter package registers its schemes with the default Mux when it is imported, so a

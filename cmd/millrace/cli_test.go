@@ -517,7 +517,7 @@ func TestTopicsCommand(t *testing.T) {
 	}{
 		{[]string{"dlq", "topics"}, "is the table store"}, // MILLRACE_STORE is the table store
 		{[]string{"dlq", "topics", "--store", ""}, "topics needs --store URL"},
-		{[]string{"dlq", "topics", "--store", "nats://127.0.0.1:4222"}, `unknown URL scheme "nats"`},
+		{[]string{"dlq", "topics", "--store", "mqtt://127.0.0.1:1883"}, `unknown URL scheme "mqtt"`},
 		{[]string{"dlq", "topics", "--store", "mem://", "orders"}, "topics takes no arguments"},
 	} {
 		r := c.run("", tc.args...)

@@ -96,7 +96,7 @@ func TestBadInput(t *testing.T) {
 		want string
 		args []string
 	}{
-		{"unknown broker scheme", 2, `unknown URL scheme "nats"`, []string{"dlq", "replay", id, "--reset-history", "--broker", "nats://127.0.0.1:4222"}},
+		{"unknown broker scheme", 2, `unknown URL scheme "mqtt"`, []string{"dlq", "replay", id, "--reset-history", "--broker", "mqtt://127.0.0.1:1883"}},
 		{"unreachable broker", 1, "broker down://127.0.0.1:6379", []string{"dlq", "replay", id, "--reset-history", "--broker", "down://127.0.0.1:6379"}},
 		{"unreachable store", 1, "connect", []string{"dlq", "list", "--store", down}},
 		{"record no longer exists (show)", 1, "entry not found: 999999999", []string{"dlq", "show", "999999999"}},

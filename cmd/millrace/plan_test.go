@@ -103,7 +103,7 @@ func TestPlanUsage(t *testing.T) {
 		{"bad backoff", planOptions{specFile: fieldReportSpec, set: [][2]string{{"backoff", "soon"}}, urls: []string{planKafkaURL}}, `backoff "soon"`},
 		{"bad policy", planOptions{specFile: fieldReportSpec, set: [][2]string{{"backoff", "exponential:initial=1m,max=1s"}}, urls: []string{planKafkaURL}},
 			"RetryPolicy.Backoff.Max"},
-		{"unknown scheme", planOptions{specFile: fieldReportSpec, urls: []string{"nats://127.0.0.1:4222"}}, `unknown URL scheme "nats"`},
+		{"unknown scheme", planOptions{specFile: fieldReportSpec, urls: []string{"mqtt://127.0.0.1:1883"}}, `unknown URL scheme "mqtt"`},
 		{"unknown parameter", planOptions{specFile: fieldReportSpec, urls: []string{"kafka://127.0.0.1:19092?colour=red"}}, "does not take colour"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -169,7 +169,7 @@ func TestPlanExitStatus(t *testing.T) {
 	if _, errOut, code := run("--spec", fieldReportSpec); code != 2 || !strings.Contains(errOut, "at least one broker URL") {
 		t.Errorf("no URL: exit %d, stderr %q", code, errOut)
 	}
-	if _, errOut, code := run("--spec", fieldReportSpec, "--json", "nats://h"); code != 2 || !strings.HasPrefix(errOut, `{"error":`) {
+	if _, errOut, code := run("--spec", fieldReportSpec, "--json", "mqtt://h"); code != 2 || !strings.HasPrefix(errOut, `{"error":`) {
 		t.Errorf("--json, unknown scheme: exit %d, stderr %q", code, errOut)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	// CLI names no broker, and a new adapter is one more line here.
 	_ "github.com/millrace/millrace/adapters/amqp"
 	_ "github.com/millrace/millrace/adapters/kafka"
+	_ "github.com/millrace/millrace/adapters/nats"
 	_ "github.com/millrace/millrace/adapters/redisstream"
 	_ "github.com/millrace/millrace/adapters/sqs"
 	_ "github.com/millrace/millrace/deadletter/pgstore"

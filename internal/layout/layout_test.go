@@ -34,6 +34,7 @@ var clients = []struct{ prefix, owner string }{
 	{"github.com/aws/aws-sdk-go-v2", "adapters/sqs"},
 	{"github.com/aws/smithy-go", "adapters/sqs"},
 	{"github.com/ThreeDotsLabs/watermill-aws", "adapters/sqs"},
+	{"github.com/nats-io/nats.go", "adapters/nats"},
 }
 
 // allowed are the folders (with everything under them) that may import a client module
