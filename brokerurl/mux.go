@@ -179,15 +179,9 @@ func (m *Mux) unknown(scheme string, stores bool) error {
 
 // OpenBroker opens the broker rawURL names with the driver registered for its scheme.
 func (m *Mux) OpenBroker(ctx context.Context, rawURL string, opts Options) (Broker, error) {
-	u, err := parse(rawURL)
+	d, u, err := m.Driver(rawURL)
 	if err != nil {
 		return nil, err
-	}
-	m.mu.RLock()
-	d := m.drivers[strings.ToLower(u.Scheme)]
-	m.mu.RUnlock()
-	if d == nil {
-		return nil, m.unknown(u.Scheme, false)
 	}
 	return d.Open(ctx, u, opts)
 }
@@ -195,15 +189,9 @@ func (m *Mux) OpenBroker(ctx context.Context, rawURL string, opts Options) (Brok
 // OpenAdapter opens the adapter of the broker rawURL names, and nothing else: closing the
 // adapter releases everything opened.
 func (m *Mux) OpenAdapter(ctx context.Context, rawURL string, opts Options) (millrace.Adapter, error) {
-	u, err := parse(rawURL)
+	d, u, err := m.Driver(rawURL)
 	if err != nil {
 		return nil, err
-	}
-	m.mu.RLock()
-	d := m.drivers[strings.ToLower(u.Scheme)]
-	m.mu.RUnlock()
-	if d == nil {
-		return nil, m.unknown(u.Scheme, false)
 	}
 	return d.OpenAdapter(ctx, u, opts)
 }
