@@ -10,28 +10,14 @@ import (
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/amqp"
-	"github.com/millrace/millrace/brokerurl"
 	"github.com/millrace/millrace/plan"
+	"github.com/millrace/millrace/plan/plantest"
 )
-
-func fieldReportSpec(topic string, budget time.Duration) plan.Spec {
-	return plan.Spec{Topic: topic, Policy: millrace.RetryPolicy{MaxAttempts: 5, Backoff: millrace.Fixed(time.Minute)},
-		Budget: budget, Lease: 2 * time.Minute}
-}
-
-func planAMQP(t *testing.T, spec plan.Spec, raw string, check bool) plan.Report {
-	t.Helper()
-	r, err := brokerurl.Plan(context.Background(), spec, []string{raw}, brokerurl.PlanOptions{Check: check})
-	if err != nil {
-		t.Fatalf("plan %s: %v", raw, err)
-	}
-	return r
-}
 
 // TestPlanTopology: the work queue dead-letters to one 60 s TTL tier; a quorum queue's delivery
 // limit bounds the attempts through ValidateFor.
 func TestPlanTopology(t *testing.T) {
-	r := planAMQP(t, fieldReportSpec("hub", 50*time.Second), "amqp://guest:guest@127.0.0.1:5672/", false)
+	r := plantest.Plan(t, plantest.FieldReport("hub", 50*time.Second), "amqp://guest:guest@127.0.0.1:5672/", false)
 	if !r.OK {
 		t.Fatalf("problems %q", r.Problems())
 	}
@@ -54,9 +40,9 @@ func TestPlanTopology(t *testing.T) {
 		t.Errorf("give-up %s steps %+v", b.GiveUp, b.Steps)
 	}
 
-	spec := fieldReportSpec("hub", 50*time.Second)
+	spec := plantest.FieldReport("hub", 50*time.Second)
 	spec.Policy.MaxAttempts = 6
-	r = planAMQP(t, spec, "amqp://guest:guest@127.0.0.1:5672/?queue_type=quorum&delivery_limit=5", false)
+	r = plantest.Plan(t, spec, "amqp://guest:guest@127.0.0.1:5672/?queue_type=quorum&delivery_limit=5", false)
 	if r.OK || !strings.Contains(strings.Join(r.Problems(), "\n"), "exceeds the amqp broker's delivery limit 5") {
 		t.Errorf("6 attempts, delivery limit 5: %q", r.Problems())
 	}
@@ -70,8 +56,8 @@ func TestPlanCheck(t *testing.T) {
 		t.Run(string(qt), func(t *testing.T) {
 			raw := brokerURL() + "?queue_type=" + string(qt)
 			topic := uniqueTopic("plan")
-			spec := fieldReportSpec(topic, 50*time.Second)
-			r := planAMQP(t, spec, raw, true)
+			spec := plantest.FieldReport(topic, 50*time.Second)
+			r := plantest.Plan(t, spec, raw, true)
 			if r.OK || len(r.Brokers[0].Mismatches) != 5 {
 				t.Fatalf("before Provision: %+v, want 5 objects missing", r.Brokers[0].Mismatches)
 			}
@@ -79,7 +65,7 @@ func TestPlanCheck(t *testing.T) {
 			if err := a.Provision(ctx, topic, spec.Policy); err != nil {
 				t.Fatal(err)
 			}
-			r = planAMQP(t, spec, raw, true)
+			r = plantest.Plan(t, spec, raw, true)
 			if !r.OK || !r.Brokers[0].Checked {
 				t.Fatalf("provisioned: %q", r.Problems())
 			}
@@ -106,7 +92,7 @@ func TestPlanCheck(t *testing.T) {
 				tier["x-dead-letter-strategy"], tier["x-overflow"] = "at-least-once", "reject-publish"
 			}
 			redeclare(topic+".retry", tier)
-			r = planAMQP(t, spec, raw, true)
+			r = plantest.Plan(t, spec, raw, true)
 			ms := r.Brokers[0].Mismatches
 			if r.OK || len(ms) != 1 || ms[0].Resource != "queue "+topic+".retry" || ms[0].Setting != "x-message-ttl" || ms[0].Got != "30000" || ms[0].Want != "60000" {
 				t.Fatalf("TTL 30 s: %+v", ms)
@@ -119,7 +105,7 @@ func TestPlanCheck(t *testing.T) {
 			redeclare(topic+".retry", tier)
 			redeclare(topic, amqp091.Table{"x-queue-type": string(qt), "x-dead-letter-exchange": topic + ".dlx", "x-dead-letter-routing-key": "retry",
 				"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish", "x-delivery-limit": int64(3)})
-			r = planAMQP(t, spec, raw, true)
+			r = plantest.Plan(t, spec, raw, true)
 			ms = r.Brokers[0].Mismatches
 			if r.OK || len(ms) != 1 || ms[0].Resource != "queue "+topic || ms[0].Setting != "x-delivery-limit" || ms[0].Got != "3" {
 				t.Fatalf("delivery limit 3: %+v", ms)
@@ -131,9 +117,9 @@ func TestPlanCheck(t *testing.T) {
 // TestPlanInvalidPolicy: a jittered backoff cannot be tiered; the plan shows no retry queues
 // that the adapter would refuse to run, and says why.
 func TestPlanInvalidPolicy(t *testing.T) {
-	spec := fieldReportSpec("hub", 50*time.Second)
+	spec := plantest.FieldReport("hub", 50*time.Second)
 	spec.Policy.Backoff = millrace.Exponential{Initial: time.Minute, Max: 4 * time.Minute, Jitter: 0.1}
-	r := planAMQP(t, spec, "amqp://guest:guest@127.0.0.1:5672/", false)
+	r := plantest.Plan(t, spec, "amqp://guest:guest@127.0.0.1:5672/", false)
 	b := r.Brokers[0]
 	if r.OK || !strings.Contains(strings.Join(r.Problems(), "\n"), "RetryPolicy.Backoff.Jitter") {
 		t.Fatalf("jitter on RabbitMQ: %q", r.Problems())

@@ -1,7 +1,6 @@
 package kafka_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -10,28 +9,14 @@ import (
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/kafka"
-	"github.com/millrace/millrace/brokerurl"
 	"github.com/millrace/millrace/plan"
+	"github.com/millrace/millrace/plan/plantest"
 )
-
-func fieldReportSpec(topic string, budget time.Duration) plan.Spec {
-	return plan.Spec{Topic: topic, Policy: millrace.RetryPolicy{MaxAttempts: 5, Backoff: millrace.Fixed(time.Minute)},
-		Budget: budget, Lease: 2 * time.Minute}
-}
-
-func planKafka(t *testing.T, spec plan.Spec, raw string, check bool) plan.Report {
-	t.Helper()
-	r, err := brokerurl.Plan(context.Background(), spec, []string{raw}, brokerurl.PlanOptions{Check: check})
-	if err != nil {
-		t.Fatalf("plan %s: %v", raw, err)
-	}
-	return r
-}
 
 // TestPlanFieldReport: one retry topic for the fixed 60 s delay, an unlimited dead-letter
 // topic, and a give-up of 4m0s to 8m10s with the 50 s budget (the same as SQS's).
 func TestPlanFieldReport(t *testing.T) {
-	r := planKafka(t, fieldReportSpec("push.requested", 50*time.Second), "kafka://127.0.0.1:19092?group=notification", false)
+	r := plantest.Plan(t, plantest.FieldReport("push.requested", 50*time.Second), "kafka://127.0.0.1:19092?group=notification", false)
 	if !r.OK {
 		t.Fatalf("problems %q", r.Problems())
 	}
@@ -44,9 +29,9 @@ func TestPlanFieldReport(t *testing.T) {
 		t.Errorf("give-up %s, steps %+v", b.GiveUp, b.Steps)
 	}
 	// A jittered backoff cannot be tiered: ValidateFor says so.
-	spec := fieldReportSpec("push.requested", 50*time.Second)
+	spec := plantest.FieldReport("push.requested", 50*time.Second)
 	spec.Policy.Backoff = millrace.Exponential{Initial: time.Minute, Max: 4 * time.Minute, Jitter: 0.1}
-	r = planKafka(t, spec, "kafka://127.0.0.1:19092", false)
+	r = plantest.Plan(t, spec, "kafka://127.0.0.1:19092", false)
 	if r.OK || !strings.Contains(strings.Join(r.Problems(), "\n"), "RetryPolicy.Backoff.Jitter") {
 		t.Errorf("jitter on Kafka: %q", r.Problems())
 	}
@@ -57,7 +42,7 @@ func TestPlanFieldReport(t *testing.T) {
 
 	// Several delays: one topic each, named by the delay.
 	spec.Policy.Backoff = millrace.Delays{10 * time.Second, time.Minute}
-	r = planKafka(t, spec, "kafka://127.0.0.1:19092", false)
+	r = plantest.Plan(t, spec, "kafka://127.0.0.1:19092", false)
 	if b := r.Brokers[0]; len(b.Topology) != 4 || b.Topology[1].Name != "push.requested.retry.10s" || b.Steps[1].Via != "push.requested.retry.60s" {
 		t.Errorf("two tiers: topology %+v steps %+v", b.Topology, b.Steps)
 	}
@@ -69,10 +54,10 @@ func TestPlanCheck(t *testing.T) {
 	bs := brokers(t)
 	raw := "kafka://" + strings.Join(bs, ",") + "?group=" + uniqueName("plan")
 	topic := uniqueName("plan")
-	spec := fieldReportSpec(topic, 50*time.Second)
+	spec := plantest.FieldReport(topic, 50*time.Second)
 	ctx := ctxT(t, time.Minute)
 
-	r := planKafka(t, spec, raw, true)
+	r := plantest.Plan(t, spec, raw, true)
 	if r.OK || len(r.Brokers[0].Mismatches) != 3 {
 		t.Fatalf("before Provision: %+v, want 3 topics missing", r.Brokers[0].Mismatches)
 	}
@@ -80,7 +65,7 @@ func TestPlanCheck(t *testing.T) {
 	if err := a.Provision(ctx, topic, spec.Policy); err != nil {
 		t.Fatal(err)
 	}
-	r = planKafka(t, spec, raw, true)
+	r = plantest.Plan(t, spec, raw, true)
 	if !r.OK || !r.Brokers[0].Checked {
 		t.Fatalf("provisioned: %q", r.Problems())
 	}
@@ -104,7 +89,7 @@ func TestPlanCheck(t *testing.T) {
 		}
 	}
 	alter(topic+kafka.RetrySuffix, "30000")
-	r = planKafka(t, spec, raw, true)
+	r = plantest.Plan(t, spec, raw, true)
 	ms := r.Brokers[0].Mismatches
 	if r.OK || len(ms) != 1 || ms[0].Setting != "retention.ms" || ms[0].Got != "30000" || ms[0].Resource != "topic "+topic+".retry" ||
 		!strings.Contains(ms[0].Why, "must exceed the tier's delay 1m0s") {
@@ -117,7 +102,7 @@ func TestPlanCheck(t *testing.T) {
 		"max.message.bytes": {Operation: sarama.IncrementalAlterConfigsOperationSet, Value: &small}}, false); err != nil {
 		t.Fatal(err)
 	}
-	r = planKafka(t, spec, raw, true)
+	r = plantest.Plan(t, spec, raw, true)
 	ms = r.Brokers[0].Mismatches
 	if r.OK || len(ms) != 1 || ms[0].Setting != "max.message.bytes" || ms[0].Got != "1000" || ms[0].Resource != "topic "+topic+".retry" {
 		t.Fatalf("max.message.bytes 1000: %+v", ms)
@@ -126,7 +111,7 @@ func TestPlanCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	alter(topic+kafka.DeadLetterSuffix, "604800000")
-	r = planKafka(t, spec, raw, true)
+	r = plantest.Plan(t, spec, raw, true)
 	ms = r.Brokers[0].Mismatches
 	if r.OK || len(ms) != 1 || ms[0].Resource != "topic "+topic+".dlq" || ms[0].Want != "-1" || !strings.Contains(ms[0].Why, "dead letters would be deleted") {
 		t.Fatalf("dead-letter retention 7 days: %+v", ms)

@@ -6,29 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/millrace/millrace"
-	"github.com/millrace/millrace/brokerurl"
 	"github.com/millrace/millrace/plan"
+	"github.com/millrace/millrace/plan/plantest"
 )
-
-func planRedis(t *testing.T, spec plan.Spec, raw string, check bool) plan.Report {
-	t.Helper()
-	r, err := brokerurl.Plan(context.Background(), spec, []string{raw}, brokerurl.PlanOptions{Check: check})
-	if err != nil {
-		t.Fatalf("plan %s: %v", raw, err)
-	}
-	return r
-}
-
-func fieldReportSpec(topic string, budget time.Duration) plan.Spec {
-	return plan.Spec{Topic: topic, Policy: millrace.RetryPolicy{MaxAttempts: 5, Backoff: millrace.Fixed(time.Minute)},
-		Budget: budget, Lease: 2 * time.Minute}
-}
 
 // TestPlanRules: the router's budget must fit the adapter's processing budget, and the reclaim
 // idle time must not be shorter than it; a retry waits its delay plus up to one reclaim interval.
 func TestPlanRules(t *testing.T) {
-	r := planRedis(t, fieldReportSpec("push.requested", 50*time.Second), "redis://127.0.0.1:6379/0?group=notification", false)
+	r := plantest.Plan(t, plantest.FieldReport("push.requested", 50*time.Second), "redis://127.0.0.1:6379/0?group=notification", false)
 	if !r.OK {
 		t.Fatalf("problems %q", r.Problems())
 	}
@@ -41,12 +26,12 @@ func TestPlanRules(t *testing.T) {
 		t.Errorf("give-up %s, want 4m0s to 8m14s", b.GiveUp)
 	}
 	// The URL's processing budget is shorter than the router's.
-	r = planRedis(t, fieldReportSpec("push.requested", 104*time.Second), "redis://127.0.0.1:6379/0?processing_budget=30s", false)
+	r = plantest.Plan(t, plantest.FieldReport("push.requested", 104*time.Second), "redis://127.0.0.1:6379/0?processing_budget=30s", false)
 	if p := strings.Join(r.Problems(), "\n"); r.OK || !strings.Contains(p, "Config.Budget = 1m44s") || !strings.Contains(p, "redisstream.Config.ProcessingBudget (30s)") {
 		t.Errorf("budget 104s over 30s: %q", r.Problems())
 	}
 	// A reclaim idle time shorter than the budget.
-	r = planRedis(t, fieldReportSpec("push.requested", 50*time.Second), "redis://127.0.0.1:6379/0?min_idle=10s", false)
+	r = plantest.Plan(t, plantest.FieldReport("push.requested", 50*time.Second), "redis://127.0.0.1:6379/0?min_idle=10s", false)
 	if r.OK || !strings.Contains(strings.Join(r.Problems(), "\n"), "redisstream.Config.MinIdle = 10s") {
 		t.Errorf("min_idle 10s under budget 50s: %q", r.Problems())
 	}
@@ -78,9 +63,9 @@ func TestPlanCheck(t *testing.T) {
 	topic := uniqueStream(t)
 	group := "plan-test"
 	raw := redisURL() + "?group=" + group
-	spec := fieldReportSpec(topic, 50*time.Second)
+	spec := plantest.FieldReport(topic, 50*time.Second)
 
-	r := planRedis(t, spec, raw, true)
+	r := plantest.Plan(t, spec, raw, true)
 	if r.OK || len(r.Brokers[0].Mismatches) != 1 || r.Brokers[0].Mismatches[0].Setting != "existence" {
 		t.Fatalf("before Provision: %+v", r.Brokers[0].Mismatches)
 	}
@@ -90,14 +75,14 @@ func TestPlanCheck(t *testing.T) {
 	if err := a.Provision(ctx, topic, spec.Policy); err != nil {
 		t.Fatal(err)
 	}
-	if r = planRedis(t, spec, raw, true); !r.OK {
+	if r = plantest.Plan(t, spec, raw, true); !r.OK {
 		t.Fatalf("provisioned: %q", r.Problems())
 	}
 
 	if err := c.XGroupDestroy(ctx, topic, group).Err(); err != nil {
 		t.Fatal(err)
 	}
-	r = planRedis(t, spec, raw, true)
+	r = plantest.Plan(t, spec, raw, true)
 	if ms := r.Brokers[0].Mismatches; r.OK || len(ms) != 1 || ms[0].Setting != "group" || ms[0].Want != group {
 		t.Fatalf("group removed: %+v", ms)
 	}
@@ -119,7 +104,7 @@ func TestPlanCheck(t *testing.T) {
 	if err := c.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
 		t.Fatal(err)
 	}
-	r = planRedis(t, spec, raw, true)
+	r = plantest.Plan(t, spec, raw, true)
 	if ms := r.Brokers[0].Mismatches; r.OK || len(ms) != 1 || ms[0].Setting != "maxmemory-policy" || ms[0].Got != "allkeys-lru" {
 		t.Fatalf("allkeys-lru: %+v", ms)
 	}

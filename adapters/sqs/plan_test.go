@@ -16,28 +16,15 @@ import (
 	"github.com/millrace/millrace/brokerurl"
 	"github.com/millrace/millrace/internal/clitest"
 	"github.com/millrace/millrace/plan"
+	"github.com/millrace/millrace/plan/plantest"
 )
 
 // fieldReportSpec is field report 3's policy on topic with the given budget.
-func fieldReportSpec(topic string, budget time.Duration) plan.Spec {
-	return plan.Spec{Topic: topic, Policy: millrace.RetryPolicy{MaxAttempts: 5, Backoff: millrace.Fixed(time.Minute)},
-		Budget: budget, Lease: 2 * time.Minute}
-}
-
-func planOne(t *testing.T, spec plan.Spec, raw string, check bool) plan.Report {
-	t.Helper()
-	r, err := brokerurl.Plan(context.Background(), spec, []string{raw}, brokerurl.PlanOptions{Check: check})
-	if err != nil {
-		t.Fatalf("plan %s: %v", raw, err)
-	}
-	return r
-}
-
 // TestPlanFieldReport: the 104 s budget does not fit the 60 s visibility timeout, and
 // sqs.Config.Validate says so; 50 s does, and dead letters come 4 to 8m10s after the first attempt.
 func TestPlanFieldReport(t *testing.T) {
 	const raw = "sqs+http://127.0.0.1:19324?visibility=60s"
-	r := planOne(t, fieldReportSpec("push.requested", 104*time.Second), raw, false)
+	r := plantest.Plan(t, plantest.FieldReport("push.requested", 104*time.Second), raw, false)
 	if r.OK {
 		t.Fatal("104 s budget with a 60 s visibility timeout: plan OK")
 	}
@@ -62,12 +49,12 @@ func TestPlanFieldReport(t *testing.T) {
 		}
 	}
 	// An invalid visibility timeout bounds nothing.
-	r = planOne(t, fieldReportSpec("push.requested", 104*time.Second), "sqs+http://127.0.0.1:19324?visibility=1500ms", false)
+	r = plantest.Plan(t, plantest.FieldReport("push.requested", 104*time.Second), "sqs+http://127.0.0.1:19324?visibility=1500ms", false)
 	if b := r.Brokers[0]; r.OK || !b.Invalid || b.Trait(plan.TraitBudget) != plan.InvalidValue || b.Trait(plan.TraitUnacked) != plan.InvalidValue {
 		t.Errorf("visibility 1.5s: OK %v, traits %+v", r.OK, b.Traits)
 	}
 
-	r = planOne(t, fieldReportSpec("push.requested", 50*time.Second), raw, false)
+	r = plantest.Plan(t, plantest.FieldReport("push.requested", 50*time.Second), raw, false)
 	if !r.OK {
 		t.Fatalf("50 s budget: %q", r.Problems())
 	}
@@ -82,7 +69,7 @@ func TestPlanFieldReport(t *testing.T) {
 		t.Errorf("topology %+v", b.Topology)
 	}
 	// A budget the URL gives is the adapter's; the router's longer one is refused by the router's rule.
-	r = planOne(t, fieldReportSpec("push.requested", 50*time.Second), raw+"&processing_budget=40s", false)
+	r = plantest.Plan(t, plantest.FieldReport("push.requested", 50*time.Second), raw+"&processing_budget=40s", false)
 	if r.OK || !strings.Contains(strings.Join(r.Problems(), "\n"), "Config.Budget = 50s") {
 		t.Errorf("router budget 50s over the adapter's 40s: %q", r.Problems())
 	}
@@ -91,7 +78,7 @@ func TestPlanFieldReport(t *testing.T) {
 // TestPlanNeedsBudget: without the spec's budget or the URL's processing_budget, the error
 // says that either sets it; the URL's other faults come first.
 func TestPlanNeedsBudget(t *testing.T) {
-	spec := fieldReportSpec("push.requested", 0)
+	spec := plantest.FieldReport("push.requested", 0)
 	_, err := brokerurl.Plan(context.Background(), spec, []string{"sqs+http://127.0.0.1:19324?visibility=60s"}, brokerurl.PlanOptions{})
 	if !errors.Is(err, brokerurl.ErrInvalidURL) || !strings.Contains(err.Error(), "--budget") || !strings.Contains(err.Error(), "processing_budget") {
 		t.Errorf("no budget: %v", err)
@@ -100,7 +87,7 @@ func TestPlanNeedsBudget(t *testing.T) {
 	if !errors.Is(err, brokerurl.ErrUnknownParameter) {
 		t.Errorf("no budget, unknown parameter: %v", err)
 	}
-	r := planOne(t, spec, "sqs+http://127.0.0.1:19324?visibility=60s&processing_budget=50s", false)
+	r := plantest.Plan(t, spec, "sqs+http://127.0.0.1:19324?visibility=60s&processing_budget=50s", false)
 	if !r.OK || r.Brokers[0].Budget != plan.Duration(50*time.Second) {
 		t.Errorf("the URL's budget: OK %v, budget %s, problems %q", r.OK, r.Brokers[0].Budget, r.Problems())
 	}
@@ -112,14 +99,14 @@ func TestPlanNeedsBudget(t *testing.T) {
 func TestPlanJitteredDelays(t *testing.T) {
 	spec := plan.Spec{Topic: "t", Budget: 10 * time.Second,
 		Policy: millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Exponential{Initial: 10 * time.Second, Max: time.Minute, Jitter: 0.2}}}
-	r := planOne(t, spec, "sqs+http://127.0.0.1:19324?visibility=30s", false)
+	r := plantest.Plan(t, spec, "sqs+http://127.0.0.1:19324?visibility=30s", false)
 	s := r.Brokers[0].Steps
 	if !r.OK || len(s) != 2 || time.Duration(s[0].Min) != 8*time.Second || time.Duration(s[0].Max) != 10*time.Second ||
 		time.Duration(s[1].Min) != 16*time.Second || time.Duration(s[1].Max) != 20*time.Second {
 		t.Fatalf("jitter 0.2: problems %q, steps %+v, want 8s..10s, 16s..20s", r.Problems(), s)
 	}
 	spec.Policy.Backoff = millrace.Exponential{Initial: 10 * time.Second, Max: time.Minute, Jitter: 0.25}
-	r = planOne(t, spec, "sqs+http://127.0.0.1:19324?visibility=30s", false)
+	r = plantest.Plan(t, spec, "sqs+http://127.0.0.1:19324?visibility=30s", false)
 	if b := r.Brokers[0]; r.OK || !b.Invalid || b.Steps != nil || !strings.Contains(strings.Join(r.Problems(), "\n"), "granularity 1s") {
 		t.Fatalf("jitter 0.25 (7.5s): problems %q, steps %+v", r.Problems(), b.Steps)
 	}
@@ -138,9 +125,9 @@ func TestPlanCheck(t *testing.T) {
 		t.Run(giveUp, func(t *testing.T) {
 			raw := "sqs+http://" + u.Host + "?visibility=60s&give_up=" + giveUp
 			topic := uniqueTopic("plan")
-			spec := fieldReportSpec(topic, 50*time.Second)
+			spec := plantest.FieldReport(topic, 50*time.Second)
 
-			r := planOne(t, spec, raw, true)
+			r := plantest.Plan(t, spec, raw, true)
 			if r.OK || len(r.Brokers[0].Mismatches) != 2 || r.Brokers[0].Mismatches[0].Setting != "existence" {
 				t.Fatalf("before Provision: mismatches %+v, want both queues missing", r.Brokers[0].Mismatches)
 			}
@@ -161,7 +148,7 @@ func TestPlanCheck(t *testing.T) {
 			if err := a.Provision(ctx, topic, spec.Policy); err != nil {
 				t.Fatal(err)
 			}
-			r = planOne(t, spec, raw, true)
+			r = plantest.Plan(t, spec, raw, true)
 			if !r.OK || !r.Brokers[0].Checked || len(r.Brokers[0].Mismatches) != 0 {
 				t.Fatalf("provisioned: OK %v, problems %q", r.OK, r.Problems())
 			}
@@ -180,19 +167,19 @@ func TestPlanCheck(t *testing.T) {
 			}
 			// maxReceiveCount edited by hand.
 			set(map[string]string{"RedrivePolicy": redrive(arn, 3)})
-			r = planOne(t, spec, raw, true)
+			r = plantest.Plan(t, spec, raw, true)
 			ms := r.Brokers[0].Mismatches
 			if r.OK || len(ms) != 1 || ms[0].Setting != "RedrivePolicy.maxReceiveCount" || ms[0].Got != "3" || ms[0].Want != "5" ||
 				ms[0].Resource != "queue "+a.QueueName(topic) {
 				t.Fatalf("maxReceiveCount 3: mismatches %+v", ms)
 			}
 			set(map[string]string{"RedrivePolicy": redrive(arn, 5)})
-			if r = planOne(t, spec, raw, true); !r.OK {
+			if r = plantest.Plan(t, spec, raw, true); !r.OK {
 				t.Fatalf("maxReceiveCount back at 5: %q", r.Problems())
 			}
 			// The visibility timeout and a queue delay edited by hand.
 			set(map[string]string{"VisibilityTimeout": "30", "DelaySeconds": "5"})
-			r = planOne(t, spec, raw, true)
+			r = plantest.Plan(t, spec, raw, true)
 			got := map[string]plan.Mismatch{}
 			for _, m := range r.Brokers[0].Mismatches {
 				got[m.Setting] = m
@@ -205,7 +192,7 @@ func TestPlanCheck(t *testing.T) {
 				Attributes: map[string]string{"MessageRetentionPeriod": "86400"}}); err != nil {
 				t.Fatal(err)
 			}
-			r = planOne(t, spec, raw, true)
+			r = plantest.Plan(t, spec, raw, true)
 			if ms := r.Brokers[0].Mismatches; len(ms) != 3 || ms[0].Resource != "queue "+a.QueueName(a.DeadLetterTopic(topic)) ||
 				ms[0].Setting != "MessageRetentionPeriod" || ms[0].Got != "86400" || ms[1].Setting != "VisibilityTimeout" {
 				t.Fatalf("dead-letter retention, visibility and delay: mismatches %+v", ms)
@@ -238,7 +225,7 @@ func TestPlanCommandCheck(t *testing.T) {
 		}
 		_ = a.Close()
 	})
-	spec := fieldReportSpec(topic, 50*time.Second)
+	spec := plantest.FieldReport(topic, 50*time.Second)
 	if err := a.Provision(ctx, topic, spec.Policy); err != nil {
 		t.Fatal(err)
 	}
