@@ -3,6 +3,7 @@ package testenv
 import (
 	"net"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -11,11 +12,7 @@ import (
 // 127.0.0.1:17001-17003), after checking that every one accepts a TCP connection; when one does
 // not, the test fails in CI and skips elsewhere (Unreachable). It imports no Redis client, so
 // that every package's tests can share it.
-func RedisClusterAddrs(t interface {
-	Helper()
-	Fatalf(string, ...any)
-	Skipf(string, ...any)
-}) []string {
+func RedisClusterAddrs(t testing.TB) []string {
 	t.Helper()
 	v := Getenv("MILLRACE_REDIS_CLUSTER_ADDRS", "127.0.0.1:17001,127.0.0.1:17002,127.0.0.1:17003")
 	addrs := strings.Split(v, ",")
