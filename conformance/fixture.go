@@ -55,7 +55,7 @@ func newFixture(t *testing.T, h Harness, opts Options) *fixture {
 		opts:    opts,
 		harness: h,
 		adapter: a,
-		topic:   fmt.Sprintf("conf.%s.%08x", strings.ToLower(name), rand.Uint32()),
+		topic:   opts.TopicName(fmt.Sprintf("conf.%s.%08x", strings.ToLower(name), rand.Uint32())),
 		handler: "conformance-handler",
 		notify:  make(chan struct{}, 1),
 	}

@@ -53,6 +53,11 @@ type Options struct {
 	// TextPayloadsOnly declares that payloads must be valid UTF-8 text (SQS message bodies);
 	// the binary-payload test is then skipped.
 	TextPayloadsOnly bool
+	// TopicName shapes the topic names the suite makes (unique per test, such as
+	// "conf.testconformance-retry.1a2b3c4d") as the broker needs them. Default: the name as
+	// it is. A Redis Cluster wraps the name in a hash tag, "{conf....}", so that a stream, its
+	// dead-letter stream and its retry schedule share a slot.
+	TopicName func(name string) string
 }
 
 func (o Options) withDefaults() Options {
@@ -70,6 +75,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 30 * time.Second
+	}
+	if o.TopicName == nil {
+		o.TopicName = func(name string) string { return name }
 	}
 	return o
 }

@@ -39,6 +39,9 @@ type Options struct {
 	// Timeout bounds the wait for every message to finish, after the last Restore plus
 	// Bound.Settle. Default 30 s.
 	Timeout time.Duration
+	// TopicName shapes the battery's topic name ("cutbattery.<target>.<random>") as the broker
+	// needs it (a Redis Cluster wraps it in a hash tag). Default: the name as it is.
+	TopicName func(name string) string
 }
 
 func (o Options) withDefaults() Options {
@@ -65,6 +68,9 @@ func (o Options) withDefaults() Options {
 	def(&o.Timeout, 30*time.Second)
 	if len(o.Kinds) == 0 {
 		o.Kinds = []Kind{Reset, BlackHole}
+	}
+	if o.TopicName == nil {
+		o.TopicName = func(name string) string { return name }
 	}
 	return o
 }

@@ -44,7 +44,7 @@ func Measure(t *testing.T, target Target, opts Options) (Result, []string) {
 	for i, p := range proxies {
 		addrs[i] = p.Addr()
 	}
-	topic := fmt.Sprintf("cutbattery.%s.%08x", strings.NewReplacer("/", "-", " ", "-").Replace(target.Name()), rand.Uint32())
+	topic := opts.TopicName(fmt.Sprintf("cutbattery.%s.%08x", strings.NewReplacer("/", "-", " ", "-").Replace(target.Name()), rand.Uint32()))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	sys, err := target.Connect(ctx, t, topic, addrs)
 	cancel()

@@ -36,6 +36,9 @@ type Options struct {
 	// Seed seeds the kill moments and the workload order. Default: $MILLRACE_KILLBATTERY_SEED,
 	// else random. Run logs it.
 	Seed uint64
+	// TopicName shapes the battery's topic name ("killbattery.<test>.<random>") as the broker
+	// needs it (a Redis Cluster wraps it in a hash tag). Default: the name as it is.
+	TopicName func(name string) string
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -56,6 +59,9 @@ func (o Options) withDefaults() (Options, error) {
 	defDur(&o.HandlerSleep, 20*time.Millisecond)
 	defDur(&o.Lifetime, 1500*time.Millisecond)
 	defDur(&o.SettleTimeout, 60*time.Second)
+	if o.TopicName == nil {
+		o.TopicName = func(name string) string { return name }
+	}
 	switch {
 	case o.Messages < 0, o.Kills < 0, o.MaxAttempts < 0:
 		return o, fmt.Errorf("killbattery: Options.Messages, Kills and MaxAttempts must not be negative (%d, %d, %d)", o.Messages, o.Kills, o.MaxAttempts)

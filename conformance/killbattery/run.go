@@ -97,7 +97,7 @@ func newBattery(t testing.TB, tg Target, o Options) *battery {
 	})
 	t.Logf("kill battery seed %d (replay with %s=%d)", o.Seed, SeedEnv, o.Seed)
 	name := strings.NewReplacer("/", "-", " ", "-").Replace(strings.ToLower(t.Name()))
-	b.topic = fmt.Sprintf("killbattery.%s.%08x", name, b.rng.Uint32())
+	b.topic = o.TopicName(fmt.Sprintf("killbattery.%s.%08x", name, b.rng.Uint32()))
 	b.ledger = filepath.Join(b.dir, "ledger")
 	if err := os.WriteFile(b.ledger, nil, 0o644); err != nil {
 		t.Fatal(err)
