@@ -4,24 +4,42 @@ package nats
 //
 //	go test -run '^$' -bench 'Consume' -benchtime 20000x -count 3 ./adapters/nats/
 //
-// One op of BenchmarkConsume is one message consumed and acknowledged (the handler returns
-// nil). There is no watermill-nats row: the module does not depend on watermill-nats.
+// One op is one message consumed and acknowledged (the handler returns nil).
+//
+// BenchmarkConsumeAnchors runs three consumers of b.N messages each, in rounds interleaved
+// A, B, C, A, B, C (-nats.rounds rounds, 3 by default), each on a stream of its own filled
+// before its turn: the millrace router on this adapter (Window 64), a raw jetstream loop
+// (Messages with PullMaxMessages(64), Ack per message), and watermill-nats's JetStream
+// subscriber (pkg/jetstream, AckAsync, PullMaxMessages(64)) read in a loop that acks every
+// message. It logs every run and reports the medians and the min / median / max of the
+// per-round ratios millrace / raw and millrace / watermill-nats (same round, seconds apart).
+//
+// BenchmarkConsume runs the other variants once per benchmark run: the raw loop, this
+// adapter's subscriber behind a plain Watermill router (Window 64), and the millrace router
+// with Window 64 and Window 1.
 
 import (
 	"context"
+	"flag"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	wmjs "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/jetstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/router"
 )
+
+var benchRounds = flag.Int("nats.rounds", 3, "BenchmarkConsumeAnchors: interleaved rounds per benchmark run")
 
 var quiet = slog.New(slog.DiscardHandler)
 
@@ -52,6 +70,18 @@ func fillSubject(b *testing.B, a *Adapter, subject string, n int) {
 	}
 }
 
+// dropSubject deletes the streams of subject (and of its dead-letter subject) after its run,
+// so that the server holds one filled stream at a time.
+func dropSubject(a *Adapter, subject string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = a.js.DeleteStream(ctx, a.cfg.StreamName(subject))
+	_ = a.js.DeleteStream(ctx, a.cfg.StreamName(a.DeadLetterTopic(subject)))
+	a.mu.Lock()
+	delete(a.streams, subject)
+	a.mu.Unlock()
+}
+
 func benchAdapter(b *testing.B, window int) *Adapter {
 	b.Helper()
 	cfg := testConfig()
@@ -59,52 +89,201 @@ func benchAdapter(b *testing.B, window int) *Adapter {
 	return newTestAdapter(b, cfg)
 }
 
-// consumeWith runs r until b.N messages were handled.
-func consumeWith(b *testing.B, r interface {
+// runUntil runs r until n reaches want (done is closed then) and returns the messages per
+// second from the start of r.Run.
+func runUntil(b *testing.B, r interface {
 	Run(context.Context) error
 	Close() error
-}, n *atomic.Int64, done chan struct{}) {
+}, n *atomic.Int64, want int, done chan struct{}) float64 {
 	b.Helper()
-	b.ResetTimer()
 	start := time.Now()
 	go func() { _ = r.Run(context.Background()) }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Minute):
-		b.Fatalf("only %d of %d messages consumed in 5 minutes", n.Load(), b.N)
+		b.Fatalf("only %d of %d messages consumed in 5 minutes", n.Load(), want)
 	}
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msg/s")
+	rate := float64(want) / time.Since(start).Seconds()
 	_ = r.Close()
+	return rate
 }
 
-// BenchmarkConsume compares a raw jetstream consume loop (Messages, Ack per message) with this
-// adapter's subscriber behind a plain Watermill router and behind the full millrace stack.
+// countTo returns a handler count and the channel closed when it reaches want.
+func countTo(want int) (*atomic.Int64, chan struct{}, func()) {
+	var n atomic.Int64
+	done := make(chan struct{})
+	return &n, done, func() {
+		if n.Add(1) == int64(want) {
+			close(done)
+		}
+	}
+}
+
+// consumeRaw consumes n messages of subject with a raw jetstream loop on the adapter's
+// durable consumer: Messages(PullMaxMessages(64)), Ack per message. It returns msg/s.
+func consumeRaw(b *testing.B, a *Adapter, subject string, n int) float64 {
+	b.Helper()
+	cons, err := a.ensureConsumer(context.Background(), subject)
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	it, err := cons.Messages(jetstream.PullMaxMessages(64))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range n {
+		m, err := it.Next()
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = m.Ack()
+	}
+	rate := float64(n) / time.Since(start).Seconds()
+	it.Stop()
+	return rate
+}
+
+// consumeMillrace consumes n messages of subject with the millrace router on a (its Window).
+func consumeMillrace(b *testing.B, a *Adapter, subject string, n int) float64 {
+	b.Helper()
+	r, err := router.New(router.Config{Adapter: a, Logger: quiet,
+		Policy: millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(time.Second)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	count, done, inc := countTo(n)
+	r.Handle("bench", subject, func(context.Context, *message.Message, millrace.Attempt) error {
+		inc()
+		return nil
+	})
+	return runUntil(b, r, count, n, done)
+}
+
+// consumeWatermillNATS consumes n messages of subject with watermill-nats's JetStream
+// subscriber on the adapter's durable consumer (the same configuration as the raw loop's), on
+// a connection of its own (the subscriber's Close drains it), reading its channel in a loop
+// that acks every message. It returns msg/s.
+func consumeWatermillNATS(b *testing.B, a *Adapter, subject string, n int) float64 {
+	b.Helper()
+	if _, err := a.ensureConsumer(context.Background(), subject); err != nil {
+		b.Fatal(err)
+	}
+	stream := a.cfg.StreamName(subject)
+	sub, err := wmjs.NewSubscriber(wmjs.SubscriberConfig{
+		URL:    natsURL(),
+		Logger: watermill.NopLogger{},
+		ResourceInitializer: func(ctx context.Context, js jetstream.JetStream, _ string) (jetstream.Consumer, func(context.Context, watermill.LoggerAdapter), error) {
+			c, err := js.Consumer(ctx, stream, a.cfg.Durable)
+			return c, nil, err
+		},
+		ConsumeOptions: []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(64)},
+		AckAsync:       true,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = sub.Close() }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	ch, err := sub.Subscribe(ctx, subject)
+	if err != nil {
+		b.Fatal(err)
+	}
+	timeout := time.After(5 * time.Minute)
+	for i := range n {
+		select {
+		case m, ok := <-ch:
+			if !ok {
+				b.Fatalf("watermill-nats: the channel closed after %d of %d messages", i, n)
+			}
+			m.Ack()
+		case <-timeout:
+			b.Fatalf("watermill-nats: only %d of %d messages consumed in 5 minutes", i, n)
+		}
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// BenchmarkConsumeAnchors compares the millrace router (Window 64) with a raw jetstream loop
+// and with watermill-nats's JetStream subscriber, in interleaved rounds (see the file comment).
+func BenchmarkConsumeAnchors(b *testing.B) {
+	a := benchAdapter(b, 64)
+	type variant struct {
+		name    string
+		consume func(b *testing.B, a *Adapter, subject string, n int) float64
+		rates   []float64
+	}
+	vs := []*variant{
+		{name: "millrace", consume: consumeMillrace},
+		{name: "raw-jetstream", consume: consumeRaw},
+		{name: "watermill-nats", consume: consumeWatermillNATS},
+	}
+	rounds := max(*benchRounds, 1)
+	b.ResetTimer()
+	for r := range rounds {
+		for _, v := range vs {
+			b.StopTimer()
+			subject := uniqueSubject(b)
+			fillSubject(b, a, subject, b.N)
+			b.StartTimer()
+			v.rates = append(v.rates, v.consume(b, a, subject, b.N))
+			b.StopTimer()
+			dropSubject(a, subject)
+			b.Logf("round %d %-15s %8.0f msg/s", r+1, v.name, v.rates[len(v.rates)-1])
+		}
+	}
+	for _, v := range vs {
+		b.Logf("%-15s msg/s median %6.0f  min %6.0f  max %6.0f  runs %s", v.name, median(v.rates), slices.Min(v.rates), slices.Max(v.rates), formatRates(v.rates))
+		b.ReportMetric(median(v.rates), v.name+"-msg/s")
+	}
+	for _, other := range vs[1:] {
+		ratio := make([]float64, rounds)
+		for r := range rounds {
+			ratio[r] = vs[0].rates[r] / other.rates[r]
+		}
+		b.Logf("millrace / %s per round %s: min %.2f median %.2f max %.2f", other.name, formatRatios(ratio), slices.Min(ratio), median(ratio), slices.Max(ratio))
+		b.ReportMetric(median(ratio), "millrace/"+other.name)
+	}
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 0 {
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+func formatRates(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.0f", x)
+	}
+	return strings.Join(parts, " / ")
+}
+
+func formatRatios(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.2f", x)
+	}
+	return strings.Join(parts, " ")
+}
+
+// BenchmarkConsume runs the raw jetstream loop, this adapter's subscriber behind a plain
+// Watermill router and behind the full millrace stack (Window 64 and 1), one after another.
 func BenchmarkConsume(b *testing.B) {
 	b.Run("raw-jetstream-loop", func(b *testing.B) {
 		a := benchAdapter(b, 64)
 		subject := uniqueSubject(b)
 		fillSubject(b, a, subject, b.N)
-		cons, err := a.ensureConsumer(context.Background(), subject)
-		if err != nil {
-			b.Fatal(err)
-		}
 		b.ResetTimer()
-		start := time.Now()
-		it, err := cons.Messages(jetstream.PullMaxMessages(64))
-		if err != nil {
-			b.Fatal(err)
-		}
-		for range b.N {
-			m, err := it.Next()
-			if err != nil {
-				b.Fatal(err)
-			}
-			_ = m.Ack()
-		}
-		it.Stop()
+		rate := consumeRaw(b, a, subject, b.N)
 		b.StopTimer()
-		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msg/s")
+		b.ReportMetric(rate, "msg/s")
 	})
 	plain := func(window int) func(b *testing.B) {
 		return func(b *testing.B) {
@@ -115,15 +294,15 @@ func BenchmarkConsume(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			var n atomic.Int64
-			done := make(chan struct{})
+			count, done, inc := countTo(b.N)
 			r.AddConsumerHandler("bench", subject, a.Subscriber(), func(*message.Message) error {
-				if n.Add(1) == int64(b.N) {
-					close(done)
-				}
+				inc()
 				return nil
 			})
-			consumeWith(b, r, &n, done)
+			b.ResetTimer()
+			rate := runUntil(b, r, count, b.N, done)
+			b.StopTimer()
+			b.ReportMetric(rate, "msg/s")
 		}
 	}
 	full := func(window int) func(b *testing.B) {
@@ -131,20 +310,10 @@ func BenchmarkConsume(b *testing.B) {
 			a := benchAdapter(b, window)
 			subject := uniqueSubject(b)
 			fillSubject(b, a, subject, b.N)
-			r, err := router.New(router.Config{Adapter: a, Logger: quiet,
-				Policy: millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(time.Second)}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			var n atomic.Int64
-			done := make(chan struct{})
-			r.Handle("bench", subject, func(context.Context, *message.Message, millrace.Attempt) error {
-				if n.Add(1) == int64(b.N) {
-					close(done)
-				}
-				return nil
-			})
-			consumeWith(b, r, &n, done)
+			b.ResetTimer()
+			rate := consumeMillrace(b, a, subject, b.N)
+			b.StopTimer()
+			b.ReportMetric(rate, "msg/s")
 		}
 	}
 	b.Run("adapter-plain-router-window-64", plain(64))
