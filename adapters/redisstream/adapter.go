@@ -132,7 +132,10 @@ func (a *Adapter) DeadLetterSubscriber() message.Subscriber {
 }
 
 // Provision records policy as the reclaim schedule of stream and creates the consumer group
-// (and the stream) if missing. Calling it again replaces the schedule.
+// (and the stream) if missing. Calling it again replaces the schedule. On a Redis Cluster
+// client it first refuses, with a *millrace.ConfigError, a stream whose dead-letter stream or
+// retry schedule would not share its hash slot (CheckClusterSlots); router.Run provisions
+// every handler's topic before it starts, so such a router does not start.
 func (a *Adapter) Provision(ctx context.Context, stream string, policy millrace.RetryPolicy) error {
 	if err := policy.Validate(); err != nil {
 		return err
@@ -157,8 +160,16 @@ func (a *Adapter) thresholdsFor(stream string) thresholds {
 	return t
 }
 
-// ensureGroup creates Config.Group on stream (and the stream) unless it exists.
+// ensureGroup creates Config.Group on stream (and the stream) unless it exists. On a Redis
+// Cluster it first refuses a stream whose keys would not share its slot (CheckClusterSlots),
+// so that neither Provision nor Subscribe starts a consumer whose retries and dead letters
+// would fail with CROSSSLOT.
 func (a *Adapter) ensureGroup(ctx context.Context, stream string) error {
+	if a.onCluster() {
+		if err := a.CheckClusterSlots(stream); err != nil {
+			return err
+		}
+	}
 	err := a.client.XGroupCreateMkStream(ctx, stream, a.cfg.Group, a.cfg.GroupStartID).Err()
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("redisstream: create group %q on %q: %w", a.cfg.Group, stream, err)

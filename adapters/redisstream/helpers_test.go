@@ -76,3 +76,51 @@ func uniqueStream(tb testing.TB) string {
 	name := strings.NewReplacer("/", "-", " ", "-").Replace(tb.Name())
 	return fmt.Sprintf("millrace-test.%s.%08x", strings.ToLower(name), rand.Uint32())
 }
+
+// testClusterClient returns a cluster client of the test Redis Cluster
+// (.ci/services/redis-cluster.sh, $MILLRACE_REDIS_CLUSTER_ADDRS), or skips (fails in CI) when a
+// node is down. It is closed when the test ends.
+func testClusterClient(tb testing.TB) *redis.ClusterClient {
+	tb.Helper()
+	addrs := testenv.RedisClusterAddrs(tb)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() }); err != nil {
+		_ = c.Close()
+		testenv.Unreachable(tb, "Redis Cluster", strings.Join(addrs, ","), "MILLRACE_REDIS_CLUSTER_ADDRS", err)
+	}
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// clusterTopic gives name a hash tag of its own, "{name}", so that the stream, its dead-letter
+// stream and its retry schedule share a slot: the topic-name hook of the suites on a cluster.
+func clusterTopic(name string) string { return "{" + name + "}" }
+
+// newClusterTestAdapter is newTestAdapter on the test Redis Cluster: cfg.Client is a cluster
+// client of its own (closed when the test ends), and the streams the adapter joined are deleted
+// key by key (keys of different streams hash to different slots).
+func newClusterTestAdapter(tb testing.TB, cfg Config) *Adapter {
+	tb.Helper()
+	c := testClusterClient(tb)
+	cfg.Client = c
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(tb.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	a, err := New(cfg)
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	tb.Cleanup(func() {
+		_ = a.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, s := range a.Streams() {
+			for _, k := range []string{s, a.DeadLetterTopic(s), a.retryKey(s)} {
+				c.Del(ctx, k)
+			}
+		}
+	})
+	return a
+}
