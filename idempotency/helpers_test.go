@@ -3,14 +3,17 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/idempotency"
 	"github.com/millrace/millrace/idempotency/internal/testenv"
+	roottestenv "github.com/millrace/millrace/internal/testenv"
 )
 
 // backend names a store implementation the middleware tests run against.
@@ -83,4 +86,37 @@ func mustNew(t *testing.T, cfg idempotency.Config) *idempotency.Middleware {
 		t.Fatalf("New: %v", err)
 	}
 	return m
+}
+
+// newRedisCluster returns a RedisStore on the test Redis Cluster (.ci/services/redis-cluster.sh)
+// with a cluster client of its own, or skips (fails under CI=true) when a node is down. The
+// keys under opts.Prefix are deleted from every master when the test ends, one at a time
+// (they hash to different slots).
+func newRedisCluster(t *testing.T, opts idempotency.StoreOptions) *idempotency.RedisStore {
+	t.Helper()
+	addrs := roottestenv.RedisClusterAddrs(t)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() }); err != nil {
+		roottestenv.Unreachable(t, "Redis Cluster", strings.Join(addrs, ","), "MILLRACE_REDIS_CLUSTER_ADDRS", err)
+	}
+	prefix := opts.Prefix
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			iter := m.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+			for iter.Next(ctx) {
+				m.Unlink(ctx, iter.Val())
+			}
+			return iter.Err()
+		})
+	})
+	s, err := idempotency.NewRedisStore(c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
