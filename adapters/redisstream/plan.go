@@ -12,6 +12,7 @@ import (
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/brokerurl"
+	"github.com/millrace/millrace/internal/redisslot"
 	"github.com/millrace/millrace/plan"
 )
 
@@ -66,6 +67,7 @@ func (urlDriver) Plan(u *url.URL, spec plan.Spec) (plan.BrokerPlan, error) {
 		a.cfg.Group = group
 	}
 	schedule := a.retryKey(spec.Topic)
+	bp.Rules = append(bp.Rules, clusterSlotRule(a, spec.Topic, schedule))
 	bp.Topology = []plan.Resource{
 		{Kind: "stream", Name: spec.Topic, Role: "work, read by consumer group " + group, Settings: []plan.Setting{
 			{Name: "group", Value: group, Why: "created by Provision (XGROUP CREATE ... MKSTREAM), starting at " + cfg.GroupStartID}}},
@@ -136,4 +138,20 @@ func (b *urlBroker) Check(ctx context.Context, spec plan.Spec, want plan.BrokerP
 		ms = append(ms, plan.Mismatch{Resource: "server redis", Setting: "maxmemory-policy", Want: strings.Join(SafeMaxmemoryPolicies, " | "), Got: policy, Why: ce.Rule})
 	}
 	return ms, nil
+}
+
+// clusterSlotRule is the Redis Cluster rule of CheckClusterSlots, planned offline: the stream,
+// its dead-letter stream and its retry schedule must share a hash slot. The URL driver opens one
+// Redis (redis.NewClient), which has no slots, so a topic that breaks the rule is not a failure
+// of this plan: the rule is then not applicable, and its detail says that Provision on a
+// cluster client would refuse the topic, and why.
+func clusterSlotRule(a *Adapter, stream, schedule string) plan.Rule {
+	const check = "on a Redis Cluster: stream, dead-letter stream and retry schedule share a hash slot"
+	const by = "redisstream.Adapter.CheckClusterSlots"
+	if err := a.CheckClusterSlots(stream); err != nil {
+		return plan.Rule{Check: check, By: by, Status: plan.NotApplicable,
+			Detail: "one Redis has no slots; on a cluster client Provision refuses the topic: " + err.Error()}
+	}
+	return plan.Rule{Check: check, By: by, Status: plan.Pass,
+		Detail: fmt.Sprintf("slot %d: %s, %s, %s", redisslot.Of(stream), stream, a.DeadLetterTopic(stream), schedule)}
 }

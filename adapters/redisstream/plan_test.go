@@ -109,3 +109,31 @@ func TestPlanCheck(t *testing.T) {
 		t.Fatalf("allkeys-lru: %+v", ms)
 	}
 }
+
+// TestPlanClusterSlotRule: the plan states the Redis Cluster slot rule. A tagged topic passes
+// it with its slot (297 for "push", as CLUSTER KEYSLOT push answers); an untagged one does not
+// fail the plan (the URL opens one Redis, which has no slots), but the rule is not applicable
+// and says that a cluster would refuse the topic.
+func TestPlanClusterSlotRule(t *testing.T) {
+	rule := func(b plan.BrokerPlan) plan.Rule {
+		t.Helper()
+		for _, r := range b.Rules {
+			if r.By == "redisstream.Adapter.CheckClusterSlots" {
+				return r
+			}
+		}
+		t.Fatalf("no cluster slot rule in %+v", b.Rules)
+		return plan.Rule{}
+	}
+	r := plantest.Plan(t, plantest.FieldReport("{push}.requested", 50*time.Second), "redis://127.0.0.1:6379/0?group=notification", false)
+	if got := rule(r.Brokers[0].BrokerPlan); !r.OK || got.Status != plan.Pass ||
+		got.Detail != "slot 297: {push}.requested, {push}.requested.dlq, millrace:retry:{push}:{push}.requested:notification" {
+		t.Errorf("tagged: ok %v, rule %+v", r.OK, got)
+	}
+	r = plantest.Plan(t, plantest.FieldReport("push.requested", 50*time.Second), "redis://127.0.0.1:6379/0?group=notification", false)
+	if got := rule(r.Brokers[0].BrokerPlan); !r.OK || got.Status != plan.NotApplicable ||
+		!strings.Contains(got.Detail, "Provision refuses") || !strings.Contains(got.Detail, `dead-letter stream "push.requested.dlq" (slot`) ||
+		!strings.Contains(got.Detail, `"{push}.requested"`) {
+		t.Errorf("untagged: ok %v, rule %+v", r.OK, got)
+	}
+}
