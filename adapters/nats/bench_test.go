@@ -6,14 +6,16 @@ package nats
 //
 // One op is one message consumed and acknowledged (the handler returns nil).
 //
-// BenchmarkConsumeAnchors runs three consumers of b.N messages each, in rounds interleaved
-// A, B, C, A, B, C (-nats.rounds rounds, 3 by default), each on a stream of its own filled
-// before its turn: the millrace router on this adapter (Window 64), a raw jetstream loop
-// (Messages with PullMaxMessages(64), Ack per message), and watermill-nats's JetStream
+// BenchmarkConsumeAnchors runs four consumers of b.N messages each, in rounds interleaved
+// A, B, C, D, A, B, C, D (-nats.rounds rounds, 3 by default), each on a stream of its own
+// filled before its turn: the millrace router on this adapter (Window 64); a raw jetstream
+// loop (Messages with PullMaxMessages(64), Ack per message); watermill-nats's JetStream
 // subscriber (pkg/jetstream, AckAsync, PullMaxMessages(64)) read in a loop that acks every
-// message. It logs every run and reports the medians and the min / median / max of the
-// per-round ratios millrace / raw and millrace / watermill-nats (same round, seconds apart);
-// go test's first run with b.N = 1 reports and logs nothing.
+// message; and that subscriber behind a plain Watermill router. All four read the same
+// durable consumer configuration. It logs each variant's runs with their min / median / max
+// and the min / median / max of the per-round ratios millrace / each other variant (same
+// round, seconds apart), and reports the medians; go test's first run with b.N = 1 reports
+// and logs nothing.
 //
 // BenchmarkConsume runs the other variants once per benchmark run: the raw loop, this
 // adapter's subscriber behind a plain Watermill router (Window 64), and the millrace router
@@ -174,28 +176,11 @@ func consumeMillrace(b *testing.B, a *Adapter, subject string, n int) float64 {
 }
 
 // consumeWatermillNATS consumes n messages of subject with watermill-nats's JetStream
-// subscriber on the adapter's durable consumer (the same configuration as the raw loop's), on
-// a connection of its own (the subscriber's Close drains it), reading its channel in a loop
-// that acks every message. It returns msg/s.
+// subscriber (watermillNATSSubscriber), reading its channel in a loop that acks every message.
+// It returns msg/s.
 func consumeWatermillNATS(b *testing.B, a *Adapter, subject string, n int) float64 {
 	b.Helper()
-	if _, err := a.ensureConsumer(context.Background(), subject); err != nil {
-		b.Fatal(err)
-	}
-	stream := a.cfg.StreamName(subject)
-	sub, err := wmjs.NewSubscriber(wmjs.SubscriberConfig{
-		URL:    natsURL(),
-		Logger: watermill.NopLogger{},
-		ResourceInitializer: func(ctx context.Context, js jetstream.JetStream, _ string) (jetstream.Consumer, func(context.Context, watermill.LoggerAdapter), error) {
-			c, err := js.Consumer(ctx, stream, a.cfg.Durable)
-			return c, nil, err
-		},
-		ConsumeOptions: []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(64)},
-		AckAsync:       true,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	sub := watermillNATSSubscriber(b, a, subject)
 	defer func() { _ = sub.Close() }()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -219,6 +204,49 @@ func consumeWatermillNATS(b *testing.B, a *Adapter, subject string, n int) float
 	return float64(n) / time.Since(start).Seconds()
 }
 
+// watermillNATSSubscriber is watermill-nats's JetStream subscriber on the adapter's durable
+// consumer of subject (the same configuration as the raw loop's), on a connection of its own
+// (its Close drains the connection): AckAsync (an ack is not confirmed, as this adapter's and
+// the raw loop's), PullMaxMessages(64).
+func watermillNATSSubscriber(b *testing.B, a *Adapter, subject string) *wmjs.Subscriber {
+	b.Helper()
+	if _, err := a.ensureConsumer(context.Background(), subject); err != nil {
+		b.Fatal(err)
+	}
+	stream := a.cfg.StreamName(subject)
+	sub, err := wmjs.NewSubscriber(wmjs.SubscriberConfig{
+		URL:    natsURL(),
+		Logger: watermill.NopLogger{},
+		ResourceInitializer: func(ctx context.Context, js jetstream.JetStream, _ string) (jetstream.Consumer, func(context.Context, watermill.LoggerAdapter), error) {
+			c, err := js.Consumer(ctx, stream, a.cfg.Durable)
+			return c, nil, err
+		},
+		ConsumeOptions: []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(64)},
+		AckAsync:       true,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return sub
+}
+
+// consumeWatermillNATSRouter consumes n messages of subject with watermill-nats's JetStream
+// subscriber behind a plain Watermill router whose handler returns nil. It returns msg/s.
+func consumeWatermillNATSRouter(b *testing.B, a *Adapter, subject string, n int) float64 {
+	b.Helper()
+	sub := watermillNATSSubscriber(b, a, subject)
+	r, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	count, done, inc := countTo(n)
+	r.AddConsumerHandler("bench", subject, sub, func(*message.Message) error {
+		inc()
+		return nil
+	})
+	return runUntil(b, r, count, n, done)
+}
+
 // BenchmarkConsumeAnchors compares the millrace router (Window 64) with a raw jetstream loop
 // and with watermill-nats's JetStream subscriber, in interleaved rounds (see the file comment).
 func BenchmarkConsumeAnchors(b *testing.B) {
@@ -232,6 +260,7 @@ func BenchmarkConsumeAnchors(b *testing.B) {
 		{name: "millrace", consume: consumeMillrace},
 		{name: "raw-jetstream", consume: consumeRaw},
 		{name: "watermill-nats", consume: consumeWatermillNATS},
+		{name: "watermill-nats-router", consume: consumeWatermillNATSRouter},
 	}
 	rounds := max(*benchRounds, 1)
 	b.ResetTimer()
@@ -250,7 +279,7 @@ func BenchmarkConsumeAnchors(b *testing.B) {
 		return // go test's probe run: its rates mean nothing, and its log would crowd out the real one's
 	}
 	for _, v := range vs {
-		b.Logf("%-15s msg/s median %6.0f  min %6.0f  max %6.0f  runs %s", v.name, median(v.rates), slices.Min(v.rates), slices.Max(v.rates), formatRates(v.rates))
+		b.Logf("%-21s msg/s median %6.0f  min %6.0f  max %6.0f  runs %s", v.name, median(v.rates), slices.Min(v.rates), slices.Max(v.rates), formatRates(v.rates))
 		b.ReportMetric(median(v.rates), v.name+"-msg/s")
 	}
 	for _, other := range vs[1:] {
