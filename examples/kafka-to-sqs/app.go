@@ -22,10 +22,15 @@ type Timing struct {
 	// Budget caps one handler run. 50 s, not the field report's 104 s: on SQS the budget must
 	// stay below the 60 s visibility timeout, or a second consumer receives the message while the
 	// first still sends it (the SQS adapter refuses 104 s with 60 s at start-up). The same value
-	// is used on Kafka so that both behave the same.
+	// is used on Kafka and NATS so that all behave the same.
 	Budget time.Duration
-	// Visibility is the SQS visibility timeout (unused on Kafka): 60 s, as in production.
+	// Visibility is the SQS visibility timeout (SQS only): 60 s, as in production.
 	Visibility time.Duration
+	// AckWait is JetStream's ack wait (NATS only), after which it redelivers a message it has
+	// not heard back about: 2 min. The NATS adapter refuses a budget that is not below half of
+	// it (a message may wait one budget in the client's pull buffer, then run one), so the
+	// 60 s of the SQS visibility timeout would not carry the 50 s budget.
+	AckWait time.Duration
 	// Logger receives the adapter's and the router's logs.
 	Logger *slog.Logger
 }
@@ -37,6 +42,7 @@ func ProductionTiming(logger *slog.Logger) Timing {
 		LeaseTTL:   2 * time.Minute,
 		Budget:     50 * time.Second,
 		Visibility: 60 * time.Second,
+		AckWait:    2 * time.Minute,
 		Logger:     logger,
 	}
 }
@@ -50,7 +56,7 @@ type Consumer struct {
 }
 
 // NewConsumer validates everything at start-up (lease < retry window, budget < lease, budget <
-// SQS visibility, delays the broker can honour) and registers svc on topic. observe, when not
+// SQS visibility or half the NATS ack wait, delays the broker can honour) and registers svc on topic. observe, when not
 // nil, wraps the handler (tests use it to trace outcomes).
 func NewConsumer(a millrace.Adapter, t Timing, store idempotency.Store, svc *Service, topic string,
 	observe func(message.NoPublishHandlerFunc) message.NoPublishHandlerFunc) (*Consumer, error) {

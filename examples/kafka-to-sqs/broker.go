@@ -12,6 +12,7 @@ import (
 
 	// The brokers this program runs on: each registers its URL schemes with brokerurl.
 	_ "github.com/millrace/millrace/adapters/kafka"
+	_ "github.com/millrace/millrace/adapters/nats"
 	_ "github.com/millrace/millrace/adapters/sqs"
 )
 
@@ -25,14 +26,19 @@ import (
 //	sqs+https://sqs.<region>.amazonaws.com[?create=false]  AWS, with the SDK's default
 //	                                                       credential chain (AWS_PROFILE, SSO,
 //	                                                       IRSA, ECS and EC2 roles, AWS_*)
+//	nats://host:port[?durable=notification&window=64]      NATS JetStream
+//	nats://user:password@host:4222?durable=notification
 //
-// The parameters each driver takes are in the adapters' documentation (adapters/kafka and
-// adapters/sqs, urlDriver); a parameter a driver does not know is an error naming it.
+// The parameters each driver takes are in the adapters' documentation (adapters/kafka,
+// adapters/sqs and adapters/nats, urlDriver); a parameter a driver does not know is an error
+// naming it.
 //
 // Timing is shared: the retry policy does not depend on the broker. What of it a broker needs
 // at open is added to the URL as parameters when the URL does not set them (see withTiming):
 // on SQS the visibility timeout (Timing.Visibility) and the processing budget (Timing.Budget,
-// which the adapter checks against the visibility timeout); on Kafka the consumer group
+// which the adapter checks against the visibility timeout); on NATS the ack wait
+// (Timing.AckWait), the processing budget (Timing.Budget, which the adapter checks against
+// half the ack wait) and the durable consumer "notification"; on Kafka the consumer group
 // "notification" and 3 partitions for a topic Provision creates.
 func NewAdapter(ctx context.Context, brokerURL string, t Timing) (millrace.Adapter, error) {
 	withT, err := withTiming(brokerURL, t)
@@ -43,7 +49,7 @@ func NewAdapter(ctx context.Context, brokerURL string, t Timing) (millrace.Adapt
 }
 
 // withTiming returns brokerURL with the parameters its broker takes from t (and the example's
-// Kafka defaults) added where the URL does not set them. processing_budget is always
+// Kafka and NATS defaults) added where the URL does not set them. processing_budget is always
 // t.Budget, the budget the router enforces: a URL that sets another one is refused, since the
 // adapter would check a budget the handlers do not run under.
 func withTiming(brokerURL string, t Timing) (string, error) {
@@ -62,18 +68,32 @@ func withTiming(brokerURL string, t Timing) (string, error) {
 		setDefault("group", "notification")
 		setDefault("partitions", "3") // push.requested has 3 partitions
 	case "sqs+http", "sqs+https":
-		if v := q.Get("processing_budget"); v != "" {
-			if d, err := time.ParseDuration(v); err == nil && d == t.Budget {
-				q.Del("processing_budget")
-			}
+		if err := setBudget(q, brokerURL, t); err != nil {
+			return "", err
 		}
-		if v := q.Get("processing_budget"); v != "" {
-			return "", fmt.Errorf("broker URL %q: parameter processing_budget=%s differs from the consumer's budget %s (Timing.Budget, the router's): drop it from the URL",
-				brokerurl.Redact(brokerURL), v, t.Budget)
-		}
-		q.Set("processing_budget", t.Budget.String())
 		setDefault("visibility", t.Visibility.String())
+	case "nats":
+		if err := setBudget(q, brokerURL, t); err != nil {
+			return "", err
+		}
+		setDefault("ack_wait", t.AckWait.String())
+		setDefault("durable", "notification")
 	}
 	u.RawQuery = q.Encode()
 	return u.String(), nil
+}
+
+// setBudget sets q's processing_budget to t.Budget, the router's budget, which the adapter
+// checks against its redelivery timeout (SQS visibility, NATS ack wait). A URL that already
+// sets the same duration (in any spelling) is accepted; another one is refused, since the
+// adapter would check a budget the handlers do not run under.
+func setBudget(q url.Values, brokerURL string, t Timing) error {
+	if v := q.Get("processing_budget"); v != "" {
+		if d, err := time.ParseDuration(v); err != nil || d != t.Budget {
+			return fmt.Errorf("broker URL %q: parameter processing_budget=%s differs from the consumer's budget %s (Timing.Budget, the router's): drop it from the URL",
+				brokerurl.Redact(brokerURL), v, t.Budget)
+		}
+	}
+	q.Set("processing_budget", t.Budget.String())
+	return nil
 }
