@@ -1,9 +1,11 @@
 // Command kafka-to-sqs is field report 3's notification consumer (SUCCESS / DISCARD / RETRY,
 // a Redis idempotency lease, per-device fan-out) as one millrace handler that runs unchanged on
-// Kafka locally and on SQS in production. The broker is chosen by one environment variable:
+// Kafka locally and on SQS in production, or on NATS JetStream. The broker is chosen by one
+// environment variable:
 //
 //	NOTIFY_BROKER_URL=kafka://127.0.0.1:19092        go run ./examples/kafka-to-sqs
 //	NOTIFY_BROKER_URL=sqs+http://127.0.0.1:19324     go run ./examples/kafka-to-sqs
+//	NOTIFY_BROKER_URL=nats://127.0.0.1:4222          go run ./examples/kafka-to-sqs
 //
 // In production, e.g. kafka://user:password@b1:9093,b2:9093?sasl=scram-sha-512&tls=true or
 // sqs+https://sqs.eu-west-1.amazonaws.com (credentials from the AWS SDK's default chain); see
@@ -41,7 +43,7 @@ func main() {
 func run(ctx context.Context, logger *slog.Logger) error {
 	brokerURL := os.Getenv("NOTIFY_BROKER_URL")
 	if brokerURL == "" {
-		return errors.New("set NOTIFY_BROKER_URL, e.g. kafka://127.0.0.1:19092 or sqs+http://127.0.0.1:19324")
+		return errors.New("set NOTIFY_BROKER_URL, e.g. kafka://127.0.0.1:19092, sqs+http://127.0.0.1:19324 or nats://127.0.0.1:4222")
 	}
 	topic := getenv("NOTIFY_TOPIC", "push.requested")
 	timing := ProductionTiming(logger)
