@@ -152,5 +152,7 @@
 // of the same meaning; any other parameter is an error that names it. A dead-letter subject is
 // a deadletter.Store (DeadLetterStore: IDs are stream sequences); the URL broker lists the
 // "<subject>.dlq" streams (DeadLetterDestinations) and replays a dead letter's native headers
-// exactly (PublishNative). The adapter has no plan or check yet (brokerurl.Planner).
+// exactly (PublishNative). The driver plans (brokerurl.Planner: millrace plan) and the opened
+// broker compares its live streams and consumer with the plan (brokerurl.Checker: millrace plan
+// --check); see plan.go.
 package nats

@@ -35,6 +35,7 @@ var clients = []struct{ prefix, owner string }{
 	{"github.com/aws/smithy-go", "adapters/sqs"},
 	{"github.com/ThreeDotsLabs/watermill-aws", "adapters/sqs"},
 	{"github.com/nats-io/nats.go", "adapters/nats"},
+	{"github.com/ThreeDotsLabs/watermill-nats", "adapters/nats"},
 }
 
 // allowed are the folders (with everything under them) that may import a client module
