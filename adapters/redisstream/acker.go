@@ -2,7 +2,6 @@ package redisstream
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -18,8 +17,22 @@ type ackKey struct{ stream, group string }
 // lingers up to ackLinger for company, and while a flush is on the wire the next acks
 // accumulate, so the batch grows with the load; an ack waits at most ackLinger plus one flush.
 //
-// An ack recorded but not yet flushed when the process dies leaves its entry pending: it is
-// reclaimed and handled again (at-least-once, as with any Redis consumer).
+// An XACK that fails transiently (isTransient: CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN,
+// READONLY, a redirection, a refused or lost connection) keeps its IDs: they are sent again,
+// with the next acks, after a pause that doubles from ackRetryPause up to ackMaxPause, for as
+// long as the adapter is open, so a success whose ack met a cluster failover is acknowledged
+// once the cluster is back. XACK is idempotent, so a resend after a lost reply is harmless.
+// Memory stays bounded: an ID is recorded once per handled message, and a subscription never
+// has more than Config.Window messages in flight, nor reads while its acks are failing for
+// the same reason. Only a final reply (NOGROUP: the group was deleted) drops its IDs.
+//
+// While IDs are recorded and not yet acknowledged the reclaimer of this adapter does not hand
+// their entries out again (unsettled): a success is not re-judged, as a delivery past
+// MaxAttempts would be (dead-lettered as exhausted without calling the handler).
+//
+// An ack recorded but not yet flushed when the process dies, or still failing when Close gives
+// up (after ackCloseWait), leaves its entry pending: it is reclaimed and handled again
+// (at-least-once, as with any Redis consumer).
 type acker struct {
 	client redis.UniversalClient
 	log    *slog.Logger
@@ -27,15 +40,20 @@ type acker struct {
 
 	mu      sync.Mutex
 	pending map[ackKey][]string
-	n       int           // IDs in pending
-	wake    chan struct{} // a token when acks are recorded
-	full    chan struct{} // a token when pending reaches ackBatch
+	n       int                            // IDs in pending
+	sending map[uint64]map[ackKey][]string // the batches on the wire, by flush number
+	flushes uint64                         // flushes started
+	wake    chan struct{}                  // a token when acks are recorded
+	full    chan struct{}                  // a token when pending reaches ackBatch
 }
 
 const (
 	ackRetryPause = 100 * time.Millisecond
+	ackMaxPause   = time.Second
 	ackBatch      = 256
 	ackLinger     = 500 * time.Microsecond
+	// ackCloseWait bounds how long Close keeps trying to send acks that fail transiently.
+	ackCloseWait = 5 * time.Second
 )
 
 func newAcker(client redis.UniversalClient, log *slog.Logger) *acker {
@@ -62,22 +80,74 @@ func (k *acker) add(key ackKey, id string) {
 	}
 }
 
-// run flushes whenever acks are recorded, until closing; then it flushes one last time.
+// unsettled returns the IDs of key's entries whose ack is recorded (waiting, on the wire, or
+// kept after a transient failure) and not yet confirmed by Redis; nil when there are none.
+func (k *acker) unsettled(key ackKey) map[string]struct{} {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var ids map[string]struct{}
+	collect := func(batch map[ackKey][]string) {
+		for _, id := range batch[key] {
+			if ids == nil {
+				ids = map[string]struct{}{}
+			}
+			ids[id] = struct{}{}
+		}
+	}
+	collect(k.pending)
+	for _, b := range k.sending {
+		collect(b)
+	}
+	return ids
+}
+
+// run flushes whenever acks are recorded, until closing; then it flushes what is left (drain).
 func (k *acker) run(closing <-chan struct{}) {
+	pause := ackRetryPause
 	for {
 		select {
 		case <-k.wake:
 			k.linger(closing)
-			if !k.flush(context.Background(), true) {
-				select { // Redis is failing: do not spin
-				case <-time.After(ackRetryPause):
-				case <-closing:
-				}
+			if k.flush(context.Background(), true) {
+				pause = ackRetryPause
+				continue
 			}
+			select { // Redis is failing: do not spin
+			case <-time.After(pause):
+			case <-closing:
+			}
+			pause = min(2*pause, ackMaxPause)
 		case <-closing:
-			k.flush(context.Background(), false)
+			k.drain(ackCloseWait)
 			return
 		}
+	}
+}
+
+// drain flushes until nothing is left or limit has passed, then drops what is left, saying so.
+func (k *acker) drain(limit time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	pause := ackRetryPause
+	for !k.flush(ctx, true) {
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		pause = min(2*pause, ackMaxPause)
+	}
+	k.mu.Lock()
+	n := k.n
+	k.pending, k.n = map[ackKey][]string{}, 0
+	k.mu.Unlock()
+	if n > 0 {
+		k.log.Error("redisstream: closing with acknowledgements Redis did not take; their entries stay pending and are handled again",
+			slog.Int("entries", n), slog.Duration("tried_for", limit))
 	}
 }
 
@@ -99,8 +169,9 @@ func (k *acker) linger(closing <-chan struct{}) {
 	}
 }
 
-// flush sends every recorded ack. A failed XACK's IDs are recorded again when requeue is set.
-// It reports whether every XACK succeeded.
+// flush sends every recorded ack. When requeue is set, the IDs of an XACK that failed
+// transiently (isTransient) are recorded again for the next flush; any other failure drops
+// them (they stay pending in Redis). It reports whether every XACK succeeded.
 func (k *acker) flush(ctx context.Context, requeue bool) bool {
 	k.mu.Lock()
 	batch := k.pending
@@ -110,6 +181,12 @@ func (k *acker) flush(ctx context.Context, requeue bool) bool {
 	}
 	k.pending = make(map[ackKey][]string, len(batch))
 	k.n = 0
+	k.flushes++
+	seq := k.flushes
+	if k.sending == nil {
+		k.sending = map[uint64]map[ackKey][]string{}
+	}
+	k.sending[seq] = batch
 	select { // a batch that filled up is being flushed now
 	case <-k.full:
 	default:
@@ -125,27 +202,39 @@ func (k *acker) flush(ctx context.Context, requeue bool) bool {
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command, below
 	ok := true
+	type failure struct {
+		key      ackKey
+		ids      int
+		retrying bool
+		err      error
+	}
+	var failed []failure
+	k.mu.Lock()
 	for i, cmd := range cmds {
 		ids := batch[keys[i]]
-		if err := cmd.Err(); err != nil {
-			ok = false
+		err := cmd.Err()
+		if err == nil {
 			if k.stats != nil {
-				k.stats.ackErrors.Add(1)
-			}
-			k.log.Error("redisstream: XACK failed; entries stay pending", slog.String("stream", keys[i].stream),
-				slog.Int("entries", len(ids)), slog.Bool("retrying", requeue), slog.String("error", err.Error()))
-			var reply redis.Error
-			if requeue && !errors.As(err, &reply) { // a server reply (NOGROUP) will not change
-				k.mu.Lock()
-				k.pending[keys[i]] = append(k.pending[keys[i]], ids...)
-				k.n += len(ids)
-				k.mu.Unlock()
+				k.stats.acked.Add(uint64(len(ids)))
 			}
 			continue
 		}
+		ok = false
 		if k.stats != nil {
-			k.stats.acked.Add(uint64(len(ids)))
+			k.stats.ackErrors.Add(1)
 		}
+		retrying := requeue && isTransient(err)
+		if retrying { // recorded again before this batch leaves sending: never unsettled-free
+			k.pending[keys[i]] = append(k.pending[keys[i]], ids...)
+			k.n += len(ids)
+		}
+		failed = append(failed, failure{keys[i], len(ids), retrying, err})
+	}
+	delete(k.sending, seq)
+	k.mu.Unlock()
+	for _, f := range failed {
+		k.log.Error("redisstream: XACK failed; entries stay pending", slog.String("stream", f.key.stream),
+			slog.Int("entries", f.ids), slog.Bool("retrying", f.retrying), slog.String("error", f.err.Error()))
 	}
 	if !ok && requeue {
 		select {

@@ -37,6 +37,12 @@ var ErrNotOwner = errors.New("redisstream: entry is no longer pending for this d
 // written dead letter) but the steps are not atomic: if another consumer claims the entry in
 // between, it may be dead-lettered twice.
 //
+// A transient failure (isTransient: CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN, READONLY, a
+// redirection; for the owner-checked scripts, which are safe to repeat, a lost connection too)
+// is tried again, with pauses from 50 ms doubling up to 1 s, for up to Config.ProcessingBudget;
+// the original is acknowledged only with its dead letter written, so a write that still fails
+// leaves it pending as above.
+//
 // In a Redis Cluster the dead-letter stream must hash to the stream's slot: give the stream a
 // {hash tag} (the default "<stream>.dlq" then keeps it) or set Config.DeadLetterStream.
 func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec deadletter.Record) error {
@@ -58,7 +64,7 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 	if err != nil {
 		return fmt.Errorf("redisstream: dead-letter to %s: %w", dlq, err)
 	}
-	if err := a.client.XAdd(ctx, &redis.XAddArgs{Stream: dlq, Values: wire.DeadLetterFields(original, rec)}).Err(); err != nil {
+	if err := a.xadd(ctx, "dead-letter XADD", &redis.XAddArgs{Stream: dlq, Values: wire.DeadLetterFields(original, rec)}); err != nil {
 		return fmt.Errorf("redisstream: dead-letter to %s: %w", dlq, err)
 	}
 	a.stats.deadLettered.Add(1)
@@ -69,7 +75,12 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 func (a *Adapter) deadLetterOwned(ctx context.Context, d *delivery, dlq string, fields []string) error {
 	owner := []any{d.group, d.id, d.consumer, d.count}
 	if len(fields) <= maxScriptValues {
-		res, err := a.scripts.deadLetter.Run(ctx, a.client, []string{d.stream, dlq, a.retryKey(d.stream)}, append(owner, wire.Args(fields)...)...).Result()
+		keys, args := []string{d.stream, dlq, a.retryKey(d.stream)}, append(owner, wire.Args(fields)...)
+		var res any
+		err := a.retryTransient(ctx, "dead-letter script", a.cfg.ProcessingBudget, isTransient, func() (err error) {
+			res, err = a.scripts.deadLetter.Run(ctx, a.client, keys, args...).Result()
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -79,18 +90,37 @@ func (a *Adapter) deadLetterOwned(ctx context.Context, d *delivery, dlq string, 
 		return nil
 	}
 	// Too wide for one script: check, write, then acknowledge only after the write succeeded.
-	if n, err := a.scripts.owns.Run(ctx, a.client, []string{d.stream}, owner...).Int(); err != nil {
+	if n, err := a.runOwned(ctx, a.scripts.owns, []string{d.stream}, owner); err != nil {
 		return err
 	} else if n == 0 {
 		return ErrNotOwner
 	}
-	if err := a.client.XAdd(ctx, &redis.XAddArgs{Stream: dlq, Values: fields}).Err(); err != nil {
+	if err := a.xadd(ctx, "dead-letter XADD", &redis.XAddArgs{Stream: dlq, Values: fields}); err != nil {
 		return err
 	}
-	if n, err := a.scripts.ackOwned.Run(ctx, a.client, []string{d.stream, a.retryKey(d.stream)}, owner...).Int(); err != nil {
+	if n, err := a.runOwned(ctx, a.scripts.ackOwned, []string{d.stream, a.retryKey(d.stream)}, owner); err != nil {
 		return err
 	} else if n == 0 {
 		return ErrNotOwner
 	}
 	return nil
+}
+
+// runOwned runs an owner-checked script that answers 1 or 0, trying a transient failure again
+// (the check makes a repeat safe).
+func (a *Adapter) runOwned(ctx context.Context, sc *redis.Script, keys []string, owner []any) (n int, err error) {
+	err = a.retryTransient(ctx, "dead-letter script", a.cfg.ProcessingBudget, isTransient, func() (err error) {
+		n, err = sc.Run(ctx, a.client, keys, owner...).Int()
+		return err
+	})
+	return n, err
+}
+
+// xadd appends one entry, trying a transient server reply again for up to
+// Config.ProcessingBudget. A reply such as CLUSTERDOWN means the server did not append; a lost
+// connection leaves that unknown, so it is not tried again here (go-redis's own retries apply).
+func (a *Adapter) xadd(ctx context.Context, op string, args *redis.XAddArgs) error {
+	return a.retryTransient(ctx, op, a.cfg.ProcessingBudget, transientReply, func() error {
+		return a.client.XAdd(ctx, args).Err()
+	})
 }

@@ -19,7 +19,10 @@ const publishChunk = 1000
 // pipelined per call.
 type publisher struct{ a *Adapter }
 
-// Publish appends msgs to stream in order. On error some leading messages may be appended.
+// Publish appends msgs to stream in order. On error some leading messages may be appended. A
+// transient server reply (a cluster failover's CLUSTERDOWN, TRYAGAIN, LOADING; see
+// transientReply) is tried again for up to Config.ProcessingBudget, for the messages not yet
+// appended only.
 func (p *publisher) Publish(stream string, msgs ...*message.Message) error {
 	if p.a.isClosed() {
 		return fmt.Errorf("redisstream: publish to %s: %w", stream, millrace.ErrClosed)
@@ -35,16 +38,44 @@ func (p *publisher) Publish(stream string, msgs ...*message.Message) error {
 	return nil
 }
 
+// publish appends msgs in one pipeline. When the XADDs from some index on all failed with a
+// transient server reply (transientReply: the server appended none of them), those are sent
+// again, in order, for up to Config.ProcessingBudget; the ones before were appended once, so
+// nothing is duplicated or reordered. Any other failure is returned.
 func (p *publisher) publish(ctx context.Context, stream string, msgs []*message.Message) error {
-	pipe := p.a.client.Pipeline()
-	for _, m := range msgs {
+	args := make([]*redis.XAddArgs, len(msgs))
+	for i, m := range msgs {
 		fields, err := wire.Marshal(m)
 		if err != nil {
 			return fmt.Errorf("redisstream: publish to %s: %w", stream, err)
 		}
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: fields, MaxLen: p.a.cfg.MaxLen, Approx: p.a.cfg.MaxLen > 0})
+		args[i] = &redis.XAddArgs{Stream: stream, Values: fields, MaxLen: p.a.cfg.MaxLen, Approx: p.a.cfg.MaxLen > 0}
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	final := false // a failure that must not be sent again
+	retry := func(err error) bool { return !final && transientReply(err) }
+	err := p.a.retryTransient(ctx, "publish", p.a.cfg.ProcessingBudget, retry, func() error {
+		pipe := p.a.client.Pipeline()
+		cmds := make([]*redis.StringCmd, len(args))
+		for i, a := range args {
+			cmds[i] = pipe.XAdd(ctx, a)
+		}
+		_, _ = pipe.Exec(ctx) // errors are per command, below
+		for i, c := range cmds {
+			if c.Err() == nil {
+				continue
+			}
+			for _, rest := range cmds[i:] {
+				if !transientReply(rest.Err()) { // not known to be unwritten: do not send again
+					final = true
+					return c.Err()
+				}
+			}
+			args = args[i:]
+			return c.Err()
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("redisstream: publish to %s: %w", stream, err)
 	}
 	return nil
@@ -57,7 +88,7 @@ func (p *publisher) Close() error { return nil }
 // included): the Native content of a dead letter read by DeadLetterStore, re-published as
 // the entry first arrived. It refuses, with an error wrapping deadletter.ErrNotReplayable,
 // content a Redis entry cannot hold exactly: no field at all, or a typed field (another
-// broker's header). Config.MaxLen applies as for Publish.
+// broker's header). Config.MaxLen applies, and transient replies are tried again, as for Publish.
 func (a *Adapter) PublishNative(ctx context.Context, stream string, fields []deadletter.Field) error {
 	if a.isClosed() {
 		return fmt.Errorf("redisstream: publish to %s: %w", stream, millrace.ErrClosed)
@@ -67,7 +98,7 @@ func (a *Adapter) PublishNative(ctx context.Context, stream string, fields []dea
 		return fmt.Errorf("redisstream: publish to %s: %w: %w", stream, deadletter.ErrNotReplayable, err)
 	}
 	args := &redis.XAddArgs{Stream: stream, Values: f, MaxLen: a.cfg.MaxLen, Approx: a.cfg.MaxLen > 0}
-	if err := a.client.XAdd(ctx, args).Err(); err != nil {
+	if err := a.xadd(ctx, "publish", args); err != nil {
 		return fmt.Errorf("redisstream: publish to %s: %w", stream, err)
 	}
 	return nil

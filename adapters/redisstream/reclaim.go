@@ -288,6 +288,30 @@ func (s *subscription) withCounts(asked []string, entries []wire.Entry, pend *re
 		}
 		s.dropDeleted(missing)
 	}
+	return s.withoutAcked(kept, cs)
+}
+
+// withoutAcked drops the claimed entries whose ack this adapter has recorded but Redis has not
+// confirmed (the XACK failed transiently and the acker is still sending it, or it is on the
+// wire). Their handler succeeded: delivered again, they would run twice, or, past MaxAttempts,
+// be dead-lettered as exhausted without their handler being called. The acker acknowledges
+// them.
+func (s *subscription) withoutAcked(entries []wire.Entry, counts []int64) ([]wire.Entry, []int64) {
+	acked := s.a.acks.unsettled(s.key)
+	if acked == nil {
+		return entries, counts
+	}
+	kept, cs := entries[:0], counts[:0]
+	for i, e := range entries {
+		if _, ok := acked[e.ID]; !ok {
+			kept = append(kept, e)
+			cs = append(cs, counts[i])
+		}
+	}
+	if skipped := len(entries) - len(kept); skipped > 0 {
+		s.a.cfg.Logger.Info("redisstream: claimed entries whose acknowledgement is still being sent; not delivered again",
+			slog.String("stream", s.stream), slog.Int("entries", skipped))
+	}
 	return kept, cs
 }
 

@@ -18,6 +18,12 @@ import (
 // retry schedule, and restarts its idle time; the reclaimer of any consumer in the group
 // delivers it again once due, with its delivery count one higher. Any delay works, a
 // millrace.RetryAfter longer than the policy's included.
+//
+// A transient failure (a cluster failover's CLUSTERDOWN, TRYAGAIN, LOADING, a lost connection;
+// see isTransient) is tried again, with pauses from 50 ms doubling up to 1 s, for up to
+// Config.ProcessingBudget; the script checks ownership, so running it again is safe. If it
+// still fails, the error is returned and the entry stays pending: it is recovered after its
+// reclaim threshold, with its delivery count one higher.
 func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req millrace.RetryRequest) (millrace.Disposition, error) {
 	d, ok := deliveryFrom(msg)
 	if !ok {
@@ -27,8 +33,12 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 	if !req.FailedAt.IsZero() {
 		delay -= max(time.Since(req.FailedAt), 0)
 	}
-	res, err := a.scripts.retry.Run(ctx, a.client, []string{d.stream, a.retryKey(d.stream)},
-		d.group, d.id, d.consumer, d.count, max(delay, 0).Milliseconds()).Int()
+	keys := []string{d.stream, a.retryKey(d.stream)}
+	var res int
+	err := a.retryTransient(ctx, "schedule retry", a.cfg.ProcessingBudget, isTransient, func() (err error) {
+		res, err = a.scripts.retry.Run(ctx, a.client, keys, d.group, d.id, d.consumer, d.count, max(delay, 0).Milliseconds()).Int()
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("redisstream: schedule retry of %s %s: %w", d.stream, d.id, err)
 	}

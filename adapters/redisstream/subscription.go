@@ -282,7 +282,9 @@ func (s *subscription) cleanup() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if !s.a.acks.flush(ctx, false) {
+	// Acks that fail transiently stay with the acker, which keeps sending them while the
+	// adapter is open; the consumer then still holds pending entries and is kept.
+	if !s.a.acks.flush(ctx, true) {
 		return
 	}
 	pend, err := s.a.client.XPendingExt(ctx, &redis.XPendingExtArgs{
