@@ -2,25 +2,31 @@ package nats
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/millrace/millrace"
 )
 
-// fetchRetrySleep is the pause after a failed fetch or consumer lookup.
+// fetchRetrySleep is the pause after a failed pull request or consumer lookup.
 const fetchRetrySleep = 250 * time.Millisecond
 
-// pullExpiry is how long one pull request of a subscription waits on the server. nats.go's
-// default is 30 s; on NATS 2.9.10 consumption was seen to stall for a whole expiry now and
-// then (in the benchmark, Window 1), so a short one bounds such a stall.
-const pullExpiry = 5 * time.Second
+// pullExpiry is how long one pull request of a subscription waits on the server for messages,
+// and pullHeartbeat the idle heartbeat the server sends on an open request meanwhile (NATS 2.9
+// has both). A subscription that hears nothing for two heartbeats while a request is open
+// takes its requests for lost (a connection that died) and pulls again.
+const (
+	pullExpiry    = 5 * time.Second
+	pullHeartbeat = pullExpiry / 2
+)
 
 // delivery is one JetStream delivery, kept in the Watermill message's context for
 // DecodeAttempt, ScheduleRetry and DeadLetter. Nothing in it comes from message content.
@@ -113,52 +119,221 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	return out, nil
 }
 
-// run hands out messages until ctx ends, then waits for the settlements. It pulls through one
-// MessagesContext (one inbox for every pull request, so that no message the server sends to a
-// pull request that is just expiring is lost at the client), holding at most Config.Window
-// messages in flight.
+// run hands out messages until ctx ends, then waits for the settlements.
+//
+// It pulls on one inbox of its own for the subscription's lifetime (a message the server sends
+// to a pull request that is just expiring still reaches it) and keeps the pull accounting in
+// this one goroutine: asked is how many messages its open pull requests may still deliver,
+// queue what arrived and waits for a free slot (at most Config.Window in flight). Whenever
+// asked plus the queue falls below half of the window, it asks for the rest of the window, in
+// the same step that saw the drop, so a subscription with a backlog always has a request open.
+//
+// nats.go's MessagesContext (v1.55.0), which it replaces, makes the same decision in Next but
+// skips it while its pull goroutine has not yet marked the previous request sent
+// (fetchInProgress is cleared after PublishRequest returns). With a batch of one (Window 1)
+// the reply can arrive and be consumed within that gap: then no request is open, no
+// heartbeat comes, and the iterator waits two heartbeats (one expiry) before it reports
+// ErrNoHeartbeat. That was the Window-1 stall (TestWindowOneNeverWaitsForExpiry).
 func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consumer, out chan<- *message.Message) {
-	cfg := s.a.cfg
+	cfg, nc := s.a.cfg, s.a.nc
+	info := cons.CachedInfo()
+	next := jetstream.DefaultAPIPrefix + "CONSUMER.MSG.NEXT." + info.Stream + "." + info.Name
 	slots := make(chan struct{}, cfg.Window) // one token per message in flight
 	var inflight sync.WaitGroup
 	defer func() {
 		inflight.Wait()
 		close(out)
 	}()
-	for ctx.Err() == nil {
-		iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Window), jetstream.PullExpiry(pullExpiry))
-		if err != nil {
-			cfg.Logger.Warn("nats: pull failed", "topic", topic, "error", err)
-			sleep(ctx, fetchRetrySleep)
-			continue
+
+	// The subscription's callback hands every message of the inbox to this loop. asked bounds
+	// what the server sends, so arrivals rarely fills; when it does, nats.go holds the rest.
+	arrivals := make(chan *nats.Msg, 2*cfg.Window+16)
+	stopped := make(chan struct{})
+	inbox := nc.NewInbox()
+	var sub *nats.Subscription
+	for {
+		var err error
+		sub, err = nc.Subscribe(inbox, func(m *nats.Msg) {
+			select {
+			case arrivals <- m:
+			case <-stopped:
+			}
+		})
+		if err == nil {
+			break
 		}
-		stop := context.AfterFunc(ctx, iter.Drain)
+		cfg.Logger.Warn("nats: subscribe to the pull inbox failed", "topic", topic, "error", err)
+		if sleep(ctx, fetchRetrySleep); ctx.Err() != nil {
+			return
+		}
+	}
+	status := nc.StatusChanged(nats.RECONNECTING, nats.CONNECTED)
+	var queue []*nats.Msg
+	defer func() {
+		// Requests still open at the server deliver into an inbox nobody reads: JetStream
+		// redelivers those messages after AckWait. What arrived is given back at once.
+		_ = sub.Unsubscribe()
+		close(stopped)
+		nc.RemoveStatusListener(status)
 		for {
 			select {
-			case slots <- struct{}{}:
-			case <-ctx.Done():
-				iter.Stop()
-				stop()
-				return
-			}
-			jm, err := iter.Next()
-			if err != nil {
-				<-slots
-				if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-					cfg.Logger.Warn("nats: pull ended with an error; pulling again", "topic", topic, "error", err)
-					sleep(ctx, fetchRetrySleep)
+			case m := <-arrivals:
+				if m.Reply != "" {
+					queue = append(queue, m)
 				}
-				iter.Stop()
-				stop()
-				break
+				continue
+			default:
 			}
+			break
+		}
+		for _, m := range queue {
+			_ = m.Nak()
+		}
+	}()
+
+	refill := (cfg.Window + 1) / 2 // pull again below half of the window, as MessagesContext
+	asked := 0
+	var retry <-chan time.Time // after a failed request: no new one before it fires
+	idle := time.NewTimer(2 * pullHeartbeat)
+	defer idle.Stop()
+	connected := true
+	for {
+		if retry == nil && asked+len(queue) < refill {
+			n := cfg.Window - asked - len(queue)
+			if err := publishPull(nc, next, inbox, n); err != nil {
+				cfg.Logger.Warn("nats: pull request failed", "topic", topic, "error", err)
+				retry = time.After(fetchRetrySleep)
+			} else {
+				asked += n
+				idle.Reset(2 * pullHeartbeat)
+			}
+		}
+		var free chan<- struct{}
+		if len(queue) > 0 {
+			free = slots
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-arrivals:
+			idle.Reset(2 * pullHeartbeat)
+			code := m.Header.Get("Status")
+			if m.Reply != "" || code == "" || len(m.Data) > 0 { // a delivery (its reply is the ack subject)
+				asked = max(asked-1, 0)
+				queue = append(queue, m)
+				continue
+			}
+			switch left, ok := pendingLeft(m); {
+			case code == "100": // idle heartbeat
+			case ok: // a request ended (408 expired, 409 batch or size limit) with left undelivered
+				asked = max(asked-left, 0)
+			case code == "404": // no messages (only for no_wait requests, which are not sent)
+			default: // the server refused or dropped requests (409, 400, ...): pull anew
+				cfg.Logger.Warn("nats: pull request ended by the server; pulling again", "topic", topic,
+					"status", code, "description", m.Header.Get("Description"))
+				asked = 0
+				retry = time.After(fetchRetrySleep)
+			}
+		case free <- struct{}{}:
+			m := queue[0]
+			queue[0] = nil
+			queue = queue[1:]
 			inflight.Add(1)
 			go func() {
 				defer func() { <-slots; inflight.Done() }()
-				s.handOut(ctx, topic, jm, out)
+				s.handOut(ctx, topic, &pulledMsg{m: m, nc: nc}, out)
 			}()
+		case <-idle.C:
+			if asked > 0 { // no message and no heartbeat for two heartbeats: the requests are gone
+				cfg.Logger.Warn("nats: no heartbeat from the open pull requests; pulling again", "topic", topic)
+				asked = 0
+			}
+			idle.Reset(2 * pullHeartbeat)
+		case st := <-status:
+			switch {
+			case st == nats.RECONNECTING:
+				connected = false
+			case st == nats.CONNECTED && !connected: // requests sent before may be gone with the connection
+				connected = true
+				asked = 0
+			}
+		case <-retry:
+			retry = nil
 		}
 	}
+}
+
+// pullRequest is the body of a JetStream pull request, with the fields NATS 2.9 knows.
+type pullRequest struct {
+	Batch     int           `json:"batch"`
+	Expires   time.Duration `json:"expires,omitempty"`
+	Heartbeat time.Duration `json:"idle_heartbeat,omitempty"`
+}
+
+// publishPull asks the consumer (next is its CONSUMER.MSG.NEXT subject) for n messages, to be
+// delivered to inbox within pullExpiry, with idle heartbeats meanwhile.
+func publishPull(nc *nats.Conn, next, inbox string, n int) error {
+	body, err := json.Marshal(pullRequest{Batch: n, Expires: pullExpiry, Heartbeat: pullHeartbeat})
+	if err != nil {
+		return err
+	}
+	return nc.PublishRequest(next, inbox, body)
+}
+
+// pendingLeft reads how many messages a request the server ended still had to deliver
+// (Nats-Pending-Messages); ok is false when the status carries no such count.
+func pendingLeft(m *nats.Msg) (int, bool) {
+	v := m.Header.Get("Nats-Pending-Messages")
+	if v == "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return n, true
+}
+
+// pulledMsg is a delivery from the subscription's inbox as a jetstream.Msg. Its metadata and
+// acknowledgements are nats.go's (the JetStream methods of *nats.Msg: same reply-subject
+// parsing, same ack bodies as package jetstream).
+type pulledMsg struct {
+	m  *nats.Msg
+	nc *nats.Conn
+}
+
+var _ jetstream.Msg = (*pulledMsg)(nil)
+
+func (p *pulledMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	md, err := p.m.Metadata()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", jetstream.ErrNotJSMessage, err)
+	}
+	return &jetstream.MsgMetadata{
+		Sequence:     jetstream.SequencePair{Consumer: md.Sequence.Consumer, Stream: md.Sequence.Stream},
+		NumDelivered: md.NumDelivered,
+		NumPending:   md.NumPending,
+		Timestamp:    md.Timestamp,
+		Stream:       md.Stream,
+		Consumer:     md.Consumer,
+		Domain:       md.Domain,
+	}, nil
+}
+
+func (p *pulledMsg) Data() []byte                        { return p.m.Data }
+func (p *pulledMsg) Headers() nats.Header                { return p.m.Header }
+func (p *pulledMsg) Subject() string                     { return p.m.Subject }
+func (p *pulledMsg) Reply() string                       { return p.m.Reply }
+func (p *pulledMsg) Ack() error                          { return p.m.Ack() }
+func (p *pulledMsg) DoubleAck(ctx context.Context) error { return p.m.AckSync(nats.Context(ctx)) }
+func (p *pulledMsg) Nak() error                          { return p.m.Nak() }
+func (p *pulledMsg) NakWithDelay(d time.Duration) error  { return p.m.NakWithDelay(d) }
+func (p *pulledMsg) InProgress() error                   { return p.m.InProgress() }
+func (p *pulledMsg) Term() error                         { return p.m.Term() }
+
+// TermWithReason sends "+TERM <reason>" (NATS 2.10.4 and later; older servers ignore it).
+func (p *pulledMsg) TermWithReason(reason string) error {
+	return p.nc.Publish(p.m.Reply, []byte("+TERM "+reason))
 }
 
 // handOut gives one delivery to the consumer and settles it as the consumer says.
