@@ -15,6 +15,13 @@ import (
 // RedisStore is the Store of the field report on Redis (go-redis v9). Claim is one SET NX PX
 // (plus a GET when the key is held); Complete, Release and MarkSent are one Lua script each.
 // The happy path of a message is therefore two round trips. Create it with NewRedisStore.
+//
+// A command the server refuses with a transient reply (CLUSTERDOWN, TRYAGAIN, LOADING,
+// MASTERDOWN, READONLY, a redirection go-redis stopped following: a Redis Cluster failover) did
+// not run, and is sent again, with pauses from 20 ms doubling up to 500 ms, until the call's
+// context ends or for at most DefaultStoreTimeout; only then does the call return that reply
+// (which the middleware turns into ErrStoreUnavailable, or runs fail-open). Every other error
+// is returned at once, as before, a lost connection included (the command may have run).
 type RedisStore struct {
 	client  redis.UniversalClient
 	opts    StoreOptions
@@ -72,14 +79,15 @@ func (s *RedisStore) Claim(ctx context.Context, key, owner string, leaseTTL time
 	}
 	name, ms := s.opts.processedKey(key), millis(leaseTTL)
 	for range claimRounds {
-		err := s.client.Do(ctx, "set", name, owner, "px", ms, "nx").Err()
+		err := retryTransient(ctx, func() error { return s.client.Do(ctx, "set", name, owner, "px", ms, "nx").Err() })
 		if err == nil {
 			return Acquired, nil
 		}
 		if !errors.Is(err, redis.Nil) {
 			return 0, err
 		}
-		v, err := s.client.Get(ctx, name).Result()
+		var v string
+		err = retryTransient(ctx, func() (err error) { v, err = s.client.Get(ctx, name).Result(); return err })
 		switch {
 		case errors.Is(err, redis.Nil):
 			continue // expired or released in between: try to take it again
@@ -112,41 +120,70 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, keys []string, owner string
 	out := make([]ClaimResult, len(keys))
 	cmds := make([]*redis.Cmd, len(keys))
 	for range claimRounds {
-		pipe := s.client.Pipeline()
-		for _, i := range pending {
-			cmds[i] = pipe.Do(ctx, "set", names[i], owner, "px", ms, "nx")
-		}
-		_, _ = pipe.Exec(ctx) // per-command errors are read below; redis.Nil means "held"
-		held := pending[:0]
-		for _, i := range pending {
-			switch err := cmds[i].Err(); {
-			case err == nil:
-				out[i] = Acquired
-			case errors.Is(err, redis.Nil):
-				held = append(held, i)
-			default:
-				return out, err
+		var held []int
+		err := retryTransient(ctx, func() error {
+			pipe := s.client.Pipeline()
+			for _, i := range pending {
+				cmds[i] = pipe.Do(ctx, "set", names[i], owner, "px", ms, "nx")
 			}
+			_, _ = pipe.Exec(ctx) // per-command errors are read below; redis.Nil means "held"
+			var again []int       // SETs the server refused with a transient reply: not executed
+			var last error
+			for _, i := range pending {
+				switch err := cmds[i].Err(); {
+				case err == nil:
+					out[i] = Acquired
+				case errors.Is(err, redis.Nil):
+					held = append(held, i)
+				case transientReply(err):
+					again, last = append(again, i), err
+				default:
+					return &finalError{err}
+				}
+			}
+			pending = again
+			return last
+		})
+		var final *finalError
+		if errors.As(err, &final) {
+			return out, final.err
+		}
+		if err != nil {
+			return out, err
 		}
 		if len(held) == 0 {
 			return out, nil
 		}
-		pipe = s.client.Pipeline()
-		gets := make([]*redis.StringCmd, len(held))
-		for j, i := range held {
-			gets[j] = pipe.Get(ctx, names[i])
-		}
-		_, _ = pipe.Exec(ctx)
-		pending = held[:0]
-		for j, i := range held {
-			switch v, err := gets[j].Result(); {
-			case err == nil:
-				out[i] = heldResult(v)
-			case errors.Is(err, redis.Nil):
-				pending = append(pending, i) // vanished in between: claim again
-			default:
-				return out, err
+		pending = pending[:0]
+		err = retryTransient(ctx, func() error {
+			pipe := s.client.Pipeline()
+			gets := make([]*redis.StringCmd, len(held))
+			for j, i := range held {
+				gets[j] = pipe.Get(ctx, names[i])
 			}
+			_, _ = pipe.Exec(ctx)
+			var again []int
+			var last error
+			for j, i := range held {
+				switch v, err := gets[j].Result(); {
+				case err == nil:
+					out[i] = heldResult(v)
+				case errors.Is(err, redis.Nil):
+					pending = append(pending, i) // vanished in between: claim again
+				case transientReply(err):
+					again, last = append(again, i), err
+				default:
+					return &finalError{err}
+				}
+			}
+			held = again
+			return last
+		})
+		if errors.As(err, &final) {
+			return out, final.err
+		}
+		if err != nil {
+			return out, err
 		}
 		if len(pending) == 0 {
 			return out, nil
@@ -174,7 +211,7 @@ func (s *RedisStore) Complete(ctx context.Context, key, owner string, doneTTL ti
 	if err := checkTTL("done TTL", doneTTL); err != nil {
 		return err
 	}
-	return ownerChecked(s.scripts.complete.Run(ctx, s.client, []string{s.opts.processedKey(key)}, owner, millis(doneTTL)).Int64())
+	return ownerChecked(s.runScript(ctx, s.scripts.complete, []string{s.opts.processedKey(key)}, owner, millis(doneTTL)))
 }
 
 // Release implements Store with one owner-checked Lua script.
@@ -182,7 +219,7 @@ func (s *RedisStore) Release(ctx context.Context, key, owner string) error {
 	if err := checkOwner(key, owner); err != nil {
 		return err
 	}
-	return ownerChecked(s.scripts.release.Run(ctx, s.client, []string{s.opts.processedKey(key)}, owner).Int64())
+	return ownerChecked(s.runScript(ctx, s.scripts.release, []string{s.opts.processedKey(key)}, owner))
 }
 
 // WasSent implements Store with SISMEMBER on the sent set.
@@ -190,7 +227,12 @@ func (s *RedisStore) WasSent(ctx context.Context, key, recipient string) (bool, 
 	if err := checkKey(key); err != nil {
 		return false, err
 	}
-	return s.client.SIsMember(ctx, s.opts.sentKey(key), RecipientHash(recipient)).Result()
+	var sent bool
+	err := retryTransient(ctx, func() (err error) {
+		sent, err = s.client.SIsMember(ctx, s.opts.sentKey(key), RecipientHash(recipient)).Result()
+		return err
+	})
+	return sent, err
 }
 
 // MarkSent implements Store with one owner-checked Lua script (SADD and PEXPIRE).
@@ -199,5 +241,76 @@ func (s *RedisStore) MarkSent(ctx context.Context, key, owner, recipient string)
 		return err
 	}
 	keys := []string{s.opts.processedKey(key), s.opts.sentKey(key)}
-	return ownerChecked(s.scripts.markSent.Run(ctx, s.client, keys, owner, RecipientHash(recipient), s.sentMs).Int64())
+	return ownerChecked(s.runScript(ctx, s.scripts.markSent, keys, owner, RecipientHash(recipient), s.sentMs))
 }
+
+// runScript runs an owner-checked script, trying a transient reply again (retryTransient).
+func (s *RedisStore) runScript(ctx context.Context, sc *redis.Script, keys []string, args ...any) (n int64, err error) {
+	err = retryTransient(ctx, func() (err error) {
+		n, err = sc.Run(ctx, s.client, keys, args...).Int64()
+		return err
+	})
+	return n, err
+}
+
+// transientReply reports whether err is (or wraps) a server reply saying "not now" for a
+// command the server did not execute, so that sending it again is safe and may succeed:
+// CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN, READONLY, NOREPLICAS, "ERR max number of clients
+// reached", and a MOVED or ASK redirection that go-redis stopped following
+// (ClusterOptions.MaxRedirects). go-redis retries the same replies itself, but only a few times
+// within about 100 ms, and in a pipeline only when a node's first command failed, which a
+// cluster in state fail (seconds) outlasts. Any other reply (WRONGTYPE, CROSSSLOT, NOSCRIPT,
+// OOM, ERR ...) is final, and so is a network error: the command may have run, and running an
+// owner-checked script twice would report ErrLeaseLost for a lease the first run completed.
+// The same rule as the Redis Streams adapter's (adapters/redisstream, transient.go).
+func transientReply(err error) bool {
+	if err == nil {
+		return false
+	}
+	if _, ok := redis.IsMovedError(err); ok {
+		return true
+	}
+	if _, ok := redis.IsAskError(err); ok {
+		return true
+	}
+	return redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsLoadingError(err) ||
+		redis.IsMasterDownError(err) || redis.IsReadOnlyError(err) || redis.IsNoReplicasError(err) ||
+		redis.IsMaxClientsError(err)
+}
+
+// Pauses between tries of a store call refused with a transient reply: doubling from the first
+// up to the longest.
+const (
+	transientFirstPause = 20 * time.Millisecond
+	transientMaxPause   = 500 * time.Millisecond
+)
+
+// retryTransient calls fn until it returns nil or an error that is not a transient reply
+// (transientReply), pausing between tries, until ctx ends or the next try would start more
+// than DefaultStoreTimeout after the first: the middleware bounds each store call with
+// Config.StoreTimeout, so a cluster failover shorter than that costs a message no attempt, and
+// a caller without a deadline still gets the reply after at most DefaultStoreTimeout. It then
+// returns fn's last error.
+func retryTransient(ctx context.Context, fn func() error) error {
+	pause := transientFirstPause
+	deadline := time.Now().Add(DefaultStoreTimeout)
+	for {
+		err := fn()
+		if !transientReply(err) || time.Now().Add(pause).After(deadline) {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+		pause = min(2*pause, transientMaxPause)
+	}
+}
+
+// finalError carries a failure out of a retryTransient call that must not be tried again.
+type finalError struct{ err error }
+
+func (e *finalError) Error() string { return e.err.Error() }
