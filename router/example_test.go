@@ -1,0 +1,138 @@
+package router_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/adapters/memory"
+	"github.com/millrace/millrace/deadletter"
+	"github.com/millrace/millrace/router"
+)
+
+// settle waits until topic has nothing waiting, in flight or scheduled for a retry.
+func settle(a *memory.Adapter, topic string) {
+	for a.Outstanding(topic) > 0 {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A router on the in-process memory adapter, with 3 attempts 10 ms apart: one message
+// succeeds, one fails once and succeeds on its retry, one fails every attempt and is
+// dead-lettered with its payload and the failure context.
+func Example() {
+	a, err := memory.New(memory.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer a.Close()
+	r, err := router.New(router.Config{
+		Adapter: a,
+		Policy:  millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(10 * time.Millisecond)},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)), // the example prints its own lines
+	})
+	if err != nil {
+		panic(err)
+	}
+	r.Handle("send-email", "emails", func(_ context.Context, msg *message.Message, at millrace.Attempt) error {
+		var err error
+		switch payload := string(msg.Payload); {
+		case payload == "flaky" && at.Number == 1:
+			err = errors.New("smtp: timeout")
+		case payload == "bounce":
+			err = errors.New("smtp: 550 mailbox unavailable")
+		}
+		fmt.Printf("%s: attempt %d of %d (previous error %q): %v\n", msg.Payload, at.Number, at.MaxAttempts, at.LastError, err)
+		return err
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = r.Run(ctx) }()
+	<-r.Running()
+
+	for _, payload := range []string{"ok", "flaky", "bounce"} {
+		if err := a.Publish("emails", message.NewMessage(payload+"-id", []byte(payload))); err != nil {
+			panic(err)
+		}
+		settle(a, "emails") // one message at a time, for a stable output
+	}
+	for _, m := range a.Peek(a.DeadLetterTopic("emails")) {
+		rec, err := deadletter.FromMessage(m)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("dead letter %s: %s after %d attempts by %s: %s\n", rec.Payload, rec.Reason, rec.Attempts, rec.Handler, rec.LastError)
+	}
+	_ = r.Close()
+	// Output:
+	// ok: attempt 1 of 3 (previous error ""): <nil>
+	// flaky: attempt 1 of 3 (previous error ""): smtp: timeout
+	// flaky: attempt 2 of 3 (previous error "smtp: timeout"): <nil>
+	// bounce: attempt 1 of 3 (previous error ""): smtp: 550 mailbox unavailable
+	// bounce: attempt 2 of 3 (previous error "smtp: 550 mailbox unavailable"): smtp: 550 mailbox unavailable
+	// bounce: attempt 3 of 3 (previous error "smtp: 550 mailbox unavailable"): smtp: 550 mailbox unavailable
+	// dead letter bounce: exhausted after 3 attempts by send-email: smtp: 550 mailbox unavailable
+}
+
+// New validates the whole configuration before anything runs: here a policy whose delay the
+// adapter cannot wait.
+func ExampleNew() {
+	a, err := memory.New(memory.Config{MaxDelay: time.Hour})
+	if err != nil {
+		panic(err)
+	}
+	defer a.Close()
+	_, err = router.New(router.Config{Adapter: a, Policy: millrace.RetryPolicy{MaxAttempts: 5, Backoff: millrace.Fixed(2 * time.Hour)}})
+	fmt.Println(errors.Is(err, millrace.ErrPolicyExceedsAdapter))
+	fmt.Println(err)
+	// Output:
+	// true
+	// millrace: invalid configuration: RetryPolicy.Backoff = 2h0m0s: delay exceeds the memory adapter's maximum delay 1h0m0s
+}
+
+// Stack returns the millrace middleware in order, for a Watermill router built by hand: here a
+// handler that panics on its first attempt is retried (Recover, then Retry) and succeeds.
+func ExampleStack() {
+	a, err := memory.New(memory.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer a.Close()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	stack, err := router.Stack(router.Config{Adapter: a, Policy: millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(10 * time.Millisecond)}, Logger: quiet})
+	if err != nil {
+		panic(err)
+	}
+	wm, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		panic(err)
+	}
+	wm.AddMiddleware(stack...)
+	wm.AddConsumerHandler("import", "rows", a.Subscriber(), func(msg *message.Message) error {
+		at := millrace.AttemptFrom(msg)
+		fmt.Printf("attempt %d, previous error %q\n", at.Number, at.LastError)
+		if at.Number == 1 {
+			panic("nil map")
+		}
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = wm.Run(ctx) }()
+	<-wm.Running()
+	if err := a.Publish("rows", message.NewMessage("row-1", []byte("{}"))); err != nil {
+		panic(err)
+	}
+	settle(a, "rows")
+	_ = wm.Close()
+	// Output:
+	// attempt 1, previous error ""
+	// attempt 2, previous error "panic: nil map"
+}
