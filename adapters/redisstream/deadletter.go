@@ -37,11 +37,11 @@ var ErrNotOwner = errors.New("redisstream: entry is no longer pending for this d
 // written dead letter) but the steps are not atomic: if another consumer claims the entry in
 // between, it may be dead-lettered twice.
 //
-// A transient failure (isTransient: CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN, READONLY, a
-// redirection; for the owner-checked scripts, which are safe to repeat, a lost connection too)
-// is tried again, with pauses from 50 ms doubling up to 1 s, for up to Config.ProcessingBudget;
-// the original is acknowledged only with its dead letter written, so a write that still fails
-// leaves it pending as above.
+// A transient server reply (transientReply: CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN,
+// READONLY, a redirection; the command did not run) is tried again, with pauses from 50 ms
+// doubling up to 1 s, for up to Config.ProcessingBudget; a lost connection is not (go-redis's
+// own retries apply). The original is acknowledged only with its dead letter written, so a
+// write that still fails leaves it pending as above.
 //
 // In a Redis Cluster the dead-letter stream must hash to the stream's slot: give the stream a
 // {hash tag} (the default "<stream>.dlq" then keeps it) or set Config.DeadLetterStream.
@@ -77,7 +77,7 @@ func (a *Adapter) deadLetterOwned(ctx context.Context, d *delivery, dlq string, 
 	if len(fields) <= maxScriptValues {
 		keys, args := []string{d.stream, dlq, a.retryKey(d.stream)}, append(owner, wire.Args(fields)...)
 		var res any
-		err := a.retryTransient(ctx, "dead-letter script", a.cfg.ProcessingBudget, isTransient, func() (err error) {
+		err := a.retryTransient(ctx, "dead-letter script", a.cfg.ProcessingBudget, transientReply, func() (err error) {
 			res, err = a.scripts.deadLetter.Run(ctx, a.client, keys, args...).Result()
 			return err
 		})
@@ -106,10 +106,10 @@ func (a *Adapter) deadLetterOwned(ctx context.Context, d *delivery, dlq string, 
 	return nil
 }
 
-// runOwned runs an owner-checked script that answers 1 or 0, trying a transient failure again
-// (the check makes a repeat safe).
+// runOwned runs an owner-checked script that answers 1 or 0, trying a transient server reply
+// again.
 func (a *Adapter) runOwned(ctx context.Context, sc *redis.Script, keys []string, owner []any) (n int, err error) {
-	err = a.retryTransient(ctx, "dead-letter script", a.cfg.ProcessingBudget, isTransient, func() (err error) {
+	err = a.retryTransient(ctx, "dead-letter script", a.cfg.ProcessingBudget, transientReply, func() (err error) {
 		n, err = sc.Run(ctx, a.client, keys, owner...).Int()
 		return err
 	})

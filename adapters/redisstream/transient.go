@@ -46,7 +46,9 @@ func transientReply(err error) bool {
 // (redis.ErrClosed) and a cancelled or expired context (the caller is giving up).
 //
 // A network failure, unlike a transient reply, leaves unknown whether the server executed the
-// command: only calls that are safe to repeat (XACK, the owner-checked scripts) are retried on it.
+// command. The acker retries on isTransient (XACK is idempotent); the retry and dead-letter
+// writes and XADD retry on transientReply only, so that a lost connection keeps the behaviour
+// the cut battery measured (go-redis's own retries, then the entry stays pending).
 func isTransient(err error) bool {
 	switch {
 	case err == nil, errors.Is(err, redis.Nil), errors.Is(err, redis.ErrClosed),
