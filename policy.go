@@ -2,129 +2,25 @@ package millrace
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"time"
 )
-
-// Backoff gives the delay before retry number n (n = 1 is the retry after the first failure).
-type Backoff interface {
-	// Delay returns the delay before retry n, n >= 1.
-	Delay(n int) time.Duration
-	// MinDelay returns the smallest delay Delay(n) can return, for window arithmetic under jitter.
-	MinDelay(n int) time.Duration
-	// validate reports a configuration error; field is the field path used in the message.
-	validate(field string) error
-}
-
-// Fixed waits the same delay before every retry. The field report's Kafka setup uses Fixed(60s).
-type Fixed time.Duration
-
-// Delay returns the fixed delay.
-func (f Fixed) Delay(int) time.Duration { return time.Duration(f) }
-
-// MinDelay returns the fixed delay.
-func (f Fixed) MinDelay(int) time.Duration { return time.Duration(f) }
-
-func (f Fixed) validate(field string) error {
-	if f < 0 {
-		return &ConfigError{Field: field, Value: time.Duration(f).String(), Rule: "must not be negative"}
-	}
-	return nil
-}
-
-// Delays waits Delays[n-1] before retry n; retries beyond the list reuse its last element.
-type Delays []time.Duration
-
-// Delay returns the listed delay for retry n.
-func (d Delays) Delay(n int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	return d[min(max(n, 1), len(d))-1]
-}
-
-// MinDelay returns the listed delay for retry n.
-func (d Delays) MinDelay(n int) time.Duration { return d.Delay(n) }
-
-func (d Delays) validate(field string) error {
-	if len(d) == 0 {
-		return &ConfigError{Field: field, Value: "[]", Rule: "must list at least one delay"}
-	}
-	for i, v := range d {
-		if v < 0 {
-			return &ConfigError{Field: field + "[" + strconv.Itoa(i) + "]", Value: v.String(), Rule: "must not be negative"}
-		}
-	}
-	return nil
-}
-
-// Exponential waits Initial * Multiplier^(n-1), capped at Max, then reduced by up to Jitter of
-// itself (Jitter 0.2 gives a delay in [0.8 d, d]). Jitter spreads retries of messages that failed
-// together; it only ever shortens a delay, so the cap stays a cap.
-type Exponential struct {
-	// Initial is the delay before the first retry. Required, > 0.
-	Initial time.Duration
-	// Max caps every delay. Required, >= Initial.
-	Max time.Duration
-	// Multiplier grows the delay per retry. Default 2 when 0; must be >= 1.
-	Multiplier float64
-	// Jitter is the fraction in [0, 1) by which a delay may be shortened at random. Default 0.
-	Jitter float64
-}
-
-func (e Exponential) base(n int) time.Duration {
-	m := e.Multiplier
-	if m == 0 {
-		m = 2
-	}
-	d := float64(e.Initial)
-	for i := 1; i < n && d < float64(e.Max); i++ {
-		d *= m
-	}
-	return min(time.Duration(d), e.Max)
-}
-
-// Delay returns the jittered delay before retry n.
-func (e Exponential) Delay(n int) time.Duration {
-	d := e.base(n)
-	if e.Jitter > 0 {
-		d -= time.Duration(rand.Float64() * e.Jitter * float64(d))
-	}
-	return d
-}
-
-// MinDelay returns the shortest delay jitter can produce for retry n.
-func (e Exponential) MinDelay(n int) time.Duration {
-	d := e.base(n)
-	return d - time.Duration(e.Jitter*float64(d))
-}
-
-func (e Exponential) validate(field string) error {
-	switch {
-	case e.Initial <= 0:
-		return &ConfigError{Field: field + ".Initial", Value: e.Initial.String(), Rule: "must be positive"}
-	case e.Max < e.Initial:
-		return &ConfigError{Field: field + ".Max", Value: e.Max.String(), Rule: "must be at least Initial (" + e.Initial.String() + ")"}
-	case e.Multiplier != 0 && e.Multiplier < 1:
-		return &ConfigError{Field: field + ".Multiplier", Value: fmt.Sprint(e.Multiplier), Rule: "must be >= 1 (0 means 2)"}
-	case e.Jitter < 0 || e.Jitter >= 1:
-		return &ConfigError{Field: field + ".Jitter", Value: fmt.Sprint(e.Jitter), Rule: "must be in [0, 1)"}
-	}
-	return nil
-}
 
 // RetryPolicy bounds the retries of one handler.
 type RetryPolicy struct {
 	// MaxAttempts is the number of handler calls allowed, the first included. Required, >= 1.
 	// The field report's Kafka service uses 5; its Redis service dead-letters after 3 deliveries.
 	MaxAttempts int
-	// Backoff gives the delay before each retry. Required when MaxAttempts > 1.
+	// Backoff gives the delay before each retry. Required when MaxAttempts > 1. Any type with a
+	// Delay(n int) time.Duration method is a Backoff (see Backoff for the optional interfaces).
 	Backoff Backoff
 }
 
-// Validate checks the policy on its own; adapters add their limits through ValidateFor.
+// Validate checks the policy on its own; adapters add their limits through ValidateFor. Besides
+// a BackoffValidator's own rules, it asks the backoff for the delay of every retry, 1 to
+// MaxAttempts-1, and refuses a negative one, bounds out of order (JitteredBackoff), and a Delay
+// that is not a JitteredBackoff but answers the same n with two different delays.
 func (p RetryPolicy) Validate() error {
 	if p.MaxAttempts < 1 {
 		return &ConfigError{Field: "RetryPolicy.MaxAttempts", Value: strconv.Itoa(p.MaxAttempts), Rule: "must be at least 1 (the first attempt counts)"}
@@ -133,29 +29,67 @@ func (p RetryPolicy) Validate() error {
 		if p.MaxAttempts == 1 {
 			return nil
 		}
-		return &ConfigError{Field: "RetryPolicy.Backoff", Value: "nil", Rule: "is required when MaxAttempts > 1"}
+		return &ConfigError{Field: backoffField, Value: "nil", Rule: "is required when MaxAttempts > 1"}
 	}
-	return p.Backoff.validate("RetryPolicy.Backoff")
+	if v, ok := p.Backoff.(BackoffValidator); ok {
+		if err := backoffError(v.Validate(), false); err != nil {
+			return err
+		}
+	}
+	_, jittered := p.Backoff.(JitteredBackoff)
+	for n := 1; n < p.MaxAttempts; n++ {
+		lo, hi := delayBounds(p.Backoff, n)
+		switch {
+		case lo < 0:
+			return &ConfigError{Field: backoffField, Value: lo.String(), Rule: fmt.Sprintf("must not be negative (the delay before retry %d)", n)}
+		case hi < lo:
+			return &ConfigError{Field: backoffField, Value: fmt.Sprintf("MinDelay(%d) %s, MaxDelay(%d) %s", n, lo, n, hi),
+				Rule: "the shortest delay must not exceed the longest"}
+		case !jittered:
+			if again := p.Backoff.Delay(n); again != lo {
+				return &ConfigError{Field: backoffField, Value: fmt.Sprintf("Delay(%d) %s, then %s", n, lo, again),
+					Rule: "must give the same delay for the same retry, or implement millrace.JitteredBackoff to declare its bounds"}
+			}
+		}
+	}
+	return nil
 }
 
-// Delay returns the delay after attempt n failed, before attempt n+1.
+// Delay returns the delay after attempt n failed, before attempt n+1: the backoff's delay,
+// kept within its declared bounds (JitteredBackoff) and never negative.
 func (p RetryPolicy) Delay(attempt int) time.Duration {
 	if p.Backoff == nil {
 		return 0
 	}
-	return p.Backoff.Delay(max(attempt, 1))
+	n := max(attempt, 1)
+	d := p.Backoff.Delay(n)
+	if j, ok := p.Backoff.(JitteredBackoff); ok {
+		d = min(max(d, j.MinDelay(n)), j.MaxDelay(n))
+	}
+	return max(d, 0)
+}
+
+// DelayRange returns the shortest and the longest delay the policy can give after attempt n
+// failed: MinDelay(n) and MaxDelay(n) of a JitteredBackoff, else Delay(n) twice; never negative.
+// Adapters and plans use it for the retry of n at its longest without depending on the
+// backoff's type.
+func (p RetryPolicy) DelayRange(attempt int) (shortest, longest time.Duration) {
+	if p.Backoff == nil {
+		return 0, 0
+	}
+	lo, hi := delayBounds(p.Backoff, max(attempt, 1))
+	return max(lo, 0), max(hi, lo, 0)
 }
 
 // Window is the shortest time from the first failure to the give-up point: the sum of the
-// minimum delays of the MaxAttempts-1 retries. An idempotency lease must be shorter than it,
-// or a consumer that dies holding the lease makes every retry see BUSY.
+// minimum delays of the MaxAttempts-1 retries (saturating at the longest Duration). An
+// idempotency lease must be shorter than it, or a consumer that dies holding the lease makes
+// every retry see BUSY.
 func (p RetryPolicy) Window() time.Duration {
 	var w time.Duration
-	if p.Backoff == nil {
-		return 0
-	}
-	for n := 1; n < p.MaxAttempts; n++ {
-		w += p.Backoff.MinDelay(n)
+	for n := 1; n < p.MaxAttempts && p.Backoff != nil; n++ {
+		lo, _ := p.DelayRange(n)
+		w = addSaturating(w, lo)
 	}
 	return w
 }
@@ -163,49 +97,54 @@ func (p RetryPolicy) Window() time.Duration {
 // MaxDelay is the longest delay any retry of this policy can ask for.
 func (p RetryPolicy) MaxDelay() time.Duration {
 	var m time.Duration
-	if p.Backoff == nil {
-		return 0
-	}
-	for n := 1; n < p.MaxAttempts; n++ {
-		m = max(m, p.Backoff.Delay(n), p.Backoff.MinDelay(n))
-	}
-	if e, ok := p.Backoff.(Exponential); ok {
-		m = max(m, e.base(p.MaxAttempts-1))
+	for n := 1; n < p.MaxAttempts && p.Backoff != nil; n++ {
+		_, hi := p.DelayRange(n)
+		m = max(m, hi)
 	}
 	return m
 }
 
-// DistinctDelays lists the distinct delays the policy uses, shortest first. Adapters with fixed
-// delay tiers (RabbitMQ TTL queues, Kafka retry topics) declare one tier per element.
-// It is undefined for jittered backoffs, which adapters with tiers refuse.
+// DistinctDelays lists the distinct delays the policy uses (each retry's shortest delay),
+// shortest first. Adapters with fixed delay tiers (RabbitMQ TTL queues, Kafka retry topics)
+// declare one tier per element. It is undefined for jittered backoffs, which adapters with
+// tiers refuse.
 func (p RetryPolicy) DistinctDelays() []time.Duration {
-	var out []time.Duration
 	if p.Backoff == nil {
 		return nil
 	}
+	seen := map[time.Duration]struct{}{}
+	var out []time.Duration
 	for n := 1; n < p.MaxAttempts; n++ {
-		out = append(out, p.Backoff.MinDelay(n))
+		lo, _ := p.DelayRange(n)
+		if _, dup := seen[lo]; !dup {
+			seen[lo] = struct{}{}
+			out = append(out, lo)
+		}
 	}
 	slices.Sort(out)
-	return slices.Compact(out)
+	return out
 }
 
 // ValidateFor checks p against an adapter's capabilities and refuses, with the field, the value
-// and the limit, what the adapter cannot deliver.
+// and the limit, what the adapter cannot deliver. Every backoff is judged by the same rules, on
+// the delays of retries 1 to MaxAttempts-1: the longest within the adapter's maximum, each a
+// multiple of its granularity and, on an adapter with fixed delay tiers, one delay per retry
+// (no jitter) and no more distinct delays than its tiers. A BackoffCapabilityValidator's own
+// rules come after the delivery limit.
 func (p RetryPolicy) ValidateFor(c Capabilities) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
 	if c.MaxDelay > 0 {
 		if d := p.MaxDelay(); d > c.MaxDelay {
-			return &ConfigError{Field: "RetryPolicy.Backoff", Value: d.String(), Limit: true,
+			return &ConfigError{Field: backoffField, Value: d.String(), Limit: true,
 				Rule: fmt.Sprintf("delay exceeds the %s adapter's maximum delay %s", c.Broker, c.MaxDelay)}
 		}
 	}
 	if c.DelayGranularity > 0 {
 		for _, d := range p.DistinctDelays() {
 			if d%c.DelayGranularity != 0 {
-				return &ConfigError{Field: "RetryPolicy.Backoff", Value: d.String(), Limit: true,
+				return &ConfigError{Field: backoffField, Value: d.String(), Limit: true,
 					Rule: fmt.Sprintf("delay must be a multiple of the %s adapter's granularity %s", c.Broker, c.DelayGranularity)}
 			}
 		}
@@ -214,13 +153,20 @@ func (p RetryPolicy) ValidateFor(c Capabilities) error {
 		return &ConfigError{Field: "RetryPolicy.MaxAttempts", Value: strconv.Itoa(p.MaxAttempts), Limit: true,
 			Rule: fmt.Sprintf("exceeds the %s broker's delivery limit %d", c.Broker, c.DeliveryLimit)}
 	}
-	if !c.PerMessageDelay {
-		if e, ok := p.Backoff.(Exponential); ok && e.Jitter > 0 {
-			return &ConfigError{Field: "RetryPolicy.Backoff.Jitter", Value: fmt.Sprint(e.Jitter), Limit: true,
-				Rule: fmt.Sprintf("must be 0: the %s adapter delays through fixed tiers, one per distinct delay", c.Broker)}
+	if l, ok := p.Backoff.(BackoffCapabilityValidator); ok {
+		if err := backoffError(l.ValidateFor(c), true); err != nil {
+			return err
+		}
+	}
+	if !c.PerMessageDelay && p.Backoff != nil {
+		for n := 1; n < p.MaxAttempts; n++ {
+			if lo, hi := p.DelayRange(n); lo != hi {
+				return &ConfigError{Field: backoffField, Value: fmt.Sprintf("%s to %s before retry %d", lo, hi, n), Limit: true,
+					Rule: fmt.Sprintf("must be one delay per retry: the %s adapter delays through fixed tiers, one per distinct delay", c.Broker)}
+			}
 		}
 		if c.MaxTiers > 0 && len(p.DistinctDelays()) > c.MaxTiers {
-			return &ConfigError{Field: "RetryPolicy.Backoff", Value: strconv.Itoa(len(p.DistinctDelays())) + " distinct delays", Limit: true,
+			return &ConfigError{Field: backoffField, Value: strconv.Itoa(len(p.DistinctDelays())) + " distinct delays", Limit: true,
 				Rule: fmt.Sprintf("the %s adapter supports at most %d delay tiers", c.Broker, c.MaxTiers)}
 		}
 	}

@@ -3,6 +3,7 @@ package plan
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/millrace/millrace"
@@ -32,26 +33,18 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 }
 
 // PolicySteps returns the retries of p as the policy alone asks for them: the wait after
-// attempt n is at least Backoff.MinDelay(n) and at most the delay without jitter.
+// attempt n is at least its shortest delay and at most its longest (RetryPolicy.DelayRange:
+// jitter only ever shortens an exponential delay, so the longest is its unjittered value).
 func PolicySteps(p millrace.RetryPolicy) []Step {
 	if p.Backoff == nil || p.MaxAttempts < 2 {
 		return nil
 	}
 	steps := make([]Step, 0, p.MaxAttempts-1)
 	for n := 1; n < p.MaxAttempts; n++ {
-		steps = append(steps, Step{After: n, Min: Duration(p.Backoff.MinDelay(n)), Max: Duration(longestDelay(p.Backoff, n))})
+		lo, hi := p.DelayRange(n)
+		steps = append(steps, Step{After: n, Min: Duration(lo), Max: Duration(hi)})
 	}
 	return steps
-}
-
-// longestDelay is the longest delay b can give before retry n: jitter only ever shortens an
-// exponential delay, so its unjittered value.
-func longestDelay(b millrace.Backoff, n int) time.Duration {
-	if e, ok := b.(millrace.Exponential); ok {
-		e.Jitter = 0
-		return e.Delay(n)
-	}
-	return max(b.Delay(n), b.MinDelay(n))
 }
 
 // GiveUp bounds the time from the start of the first of attempts to its dead letter: the
@@ -60,12 +53,27 @@ func longestDelay(b millrace.Backoff, n int) time.Duration {
 func GiveUp(attempts int, steps []Step, budget time.Duration) Range {
 	var r Range
 	for _, s := range steps {
-		r.Min += s.Min
-		r.Max += s.Max
+		r.Min = addSaturating(r.Min, s.Min)
+		r.Max = addSaturating(r.Max, s.Max)
 	}
-	r.Max += Duration(time.Duration(attempts) * budget)
+	if budget > 0 && attempts > 0 {
+		held := Duration(math.MaxInt64)
+		if budget <= math.MaxInt64/time.Duration(attempts) {
+			held = Duration(time.Duration(attempts) * budget)
+		}
+		r.Max = addSaturating(r.Max, held)
+	}
 	r.Unbounded = budget <= 0
 	return r
+}
+
+// addSaturating adds two durations that are not negative, saturating at the longest Duration.
+func addSaturating(a, b Duration) Duration {
+	a, b = max(a, 0), max(b, 0)
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // MapSteps applies a broker's own delay rounding to every wait of steps: f is the delay the

@@ -215,7 +215,8 @@ func ParseBackoff(s string) (millrace.Backoff, error) {
 }
 
 // FormatBackoff writes b for people: "fixed 1m0s", "delays 1s, 10s, 1m0s", "exponential 1s to
-// 5m0s x2 jitter 0.2", "no retry".
+// 5m0s x2 jitter 0.2", "no retry"; a backoff of another type by its String method when it is a
+// fmt.Stringer, else by its Go type.
 func FormatBackoff(b millrace.Backoff) string {
 	switch v := b.(type) {
 	case nil:
@@ -238,6 +239,8 @@ func FormatBackoff(b millrace.Backoff) string {
 			out += fmt.Sprintf(" jitter %g", v.Jitter)
 		}
 		return out
+	case fmt.Stringer:
+		return v.String()
 	}
 	return fmt.Sprintf("%T", b)
 }
