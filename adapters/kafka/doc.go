@@ -156,7 +156,11 @@
 // consumer resumes by itself within ReadTimeout plus a group rejoin: the cut battery
 // (conformance/cutbattery, cut_test.go: resets of 2 s and black holes of 4 s, six cuts, on
 // dead-letter and retry hand-offs and acknowledgements, with a 5 s ReadTimeout) measured at
-// most 5.2 s to resume, 0 lost, 0-2 duplicates.
+// most 5.2 s to resume on one broker, 0 lost, 0-2 duplicates. On the 3-broker cluster a
+// client holds a connection to each broker, each silenced by the black hole on its own and
+// discovered only when next used, so the timeouts can follow one another: measured at most
+// 13.4 s to resume (within the battery's ReadTimeout + 10 s), 0 lost, up to 163
+// duplicates over six cuts (the bound is 2*17*MaxInFlight per cut).
 //
 // # Attempts
 //
@@ -214,7 +218,57 @@
 // # Brokers
 //
 // Config.Brokers lists the bootstrap brokers. The tests read MILLRACE_KAFKA_BROKERS (default
-// 127.0.0.1:19092); `source .ci/services/kafka.sh` starts a Kafka-protocol broker (kfake) there.
+// 127.0.0.1:19092); `source .ci/services/kafka.sh` starts a 3-broker Kafka-protocol cluster
+// (kfake, tools/kfakebroker) on 127.0.0.1:19092-19094 and exports all three, with its admin
+// endpoint (it moves partition leaders) in MILLRACE_KAFKA_ADMIN. The whole package, the
+// conformance suite, scenarios and batteries included, runs against that cluster.
+//
+// # At scale: leaders and rebalances
+//
+// Every partition (source, retry, dead-letter) has its own leader, so one topic's records are
+// served by several brokers; the group coordinator and each transactional id's coordinator
+// are single brokers too. Nothing in the adapter assumes one broker: sarama finds each
+// partition's leader from the metadata and follows it when it moves.
+//
+// A leader move (an election after a broker restart, a reassignment, a preferred-leader
+// election) is not a rebalance: the member keeps its partitions, nothing is redelivered and
+// nothing committed is lost. The old leader answers the next fetch or produce with
+// NOT_LEADER_OR_FOLLOWER; the producers (publisher, retry and transactional) retry after
+// Sarama.Producer.Retry.Backoff (100 ms) with fresh metadata, and the consumer gives the
+// partition up, waits Sarama.Consumer.Retry.Backoff (2 s) and fetches from the new leader. So
+// a partition's records, and retries due meanwhile, wait up to Consumer.MaxWaitTime +
+// Consumer.Retry.Backoff + (Metadata.Retry.Max+1) x Metadata.Retry.Backoff, 3.5 s with
+// sarama's defaults (the test allows 1 s more for a loaded machine); a smaller
+// Consumer.Retry.Backoff in Config.Sarama shortens it. Moves of one partition closer together
+// than Consumer.Retry.Backoff add up: the consumer can reach the previous new leader just
+// after it lost the partition again (measured 4.6 s with moves 2 s apart).
+//
+// A rebalance (a member joins, leaves or dies) stops the group's partitions: the members learn
+// of it at their next heartbeat (1 s, see Config), finish and commit the records in flight,
+// and the new owners start a transactional producer per partition before fetching; a slow
+// handler holds the rebalance up to DefaultRebalanceTimeout (see "Offsets and transactions").
+// A retry's wait does not survive the move of its retry partition: the new owner reads the
+// record again and waits only what is left of its delay.
+//
+// Measured on the 3-broker kfake (leader_move_test.go, 3 partitions, 850 records at 50/s,
+// every other failing once with a 2 s retry delay, -race on a shared 2-core machine):
+// TestLeaderMoveWhileRetriesWait moves the leader of every source and retry partition three
+// times, 5 s apart: 0 lost, 0 duplicates, 0 dead letters, first attempts delayed at most
+// 2.5 s, retries at most 3.4 s past their due time, publishes at most 121 ms (2 runs).
+// TestRebalanceWhileRetriesWait lets a second member join and leave twice: 0 lost,
+// 0 duplicates, 0 dead letters, first attempts delayed at most 0.73 s, retries at most
+// 0.73 s late (2 runs; the bound it checks is heartbeat + Consumer.MaxWaitTime + 2 s).
+//
+//	. .ci/services/kafka.sh && CI=true go test -race -count=1 -v \
+//	    -run 'TestLeaderMoveWhileRetriesWait|TestRebalanceWhileRetriesWait' ./adapters/kafka/
+//
+// A cut of every connection costs more on several brokers: each broker's connection times out
+// on its own (see "Connection loss": 13.4 s to resume on 3 brokers, 5.2 s on one). Coordinator
+// moves (a broker holding a group or transaction coordinator going away) are not measured: on
+// kfake they are cluster-wide and would disturb every test sharing the cluster; the cut
+// battery covers a coordinator that stops answering. The whole package (go test -race) took
+// 281 s on the 3-broker cluster, these two tests included (43 s), and 229 s on one broker
+// without them.
 //
 // # Opening by URL, dead-letter store, plan
 //
