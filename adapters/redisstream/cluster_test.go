@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/deadletter"
@@ -180,4 +184,67 @@ func TestClusterTaggedStreamEndToEnd(t *testing.T) {
 	if got := byUUID["flaky"][1].payload; got != "flaky" {
 		t.Errorf("flaky retried with payload %q", got)
 	}
+}
+
+// countingDialHook counts the dials that pass through a client's own hooks.
+type countingDialHook struct{ dials atomic.Int64 }
+
+func (h *countingDialHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		h.dials.Add(1)
+		return next(ctx, network, addr)
+	}
+}
+
+func (h *countingDialHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *countingDialHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestClusterClientDialHooksNeverRun backs the package documentation's statement that the dial
+// hook New adds (the connection guard) does nothing on a cluster client: a dial hook added to a
+// *redis.ClusterClient, as New adds its own, sees none of the connections the client opens to
+// the nodes (go-redis's node clients dial without it), while the same hook on a node client
+// sees them. The adapter still works there: the hook is inert, not harmful.
+func TestClusterClientDialHooksNeverRun(t *testing.T) {
+	c := testClusterClient(t)
+	onCluster := &countingDialHook{}
+	c.AddHook(onCluster)
+	a, err := New(Config{Client: c, Group: "millrace-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	onNodes := &countingDialHook{}
+	ctx := context.Background()
+	if err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		m.AddHook(onNodes)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	stream := fmt.Sprintf("{hooks}.%08x", rand.Uint32())
+	t.Cleanup(func() { c.Del(context.Background(), stream) })
+	// Enough concurrent commands on every master that each node client dials new connections.
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.Set(ctx, fmt.Sprintf("{hooks-%d}", i), "x", time.Minute).Err()
+			_ = c.Del(ctx, fmt.Sprintf("{hooks-%d}", i)).Err()
+		}()
+	}
+	wg.Wait()
+	if err := a.Provision(ctx, stream, millrace.RetryPolicy{MaxAttempts: 2, Backoff: millrace.Fixed(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := onCluster.dials.Load(); n != 0 {
+		t.Errorf("a dial hook on the cluster client saw %d dials: the connection guard may now work on a cluster; update the documentation", n)
+	}
+	if onNodes.dials.Load() == 0 {
+		t.Errorf("the node clients dialled nothing after their hook was added; the test proves nothing")
+	}
+	t.Logf("dials seen by a hook on the cluster client: %d, on the node clients: %d", onCluster.dials.Load(), onNodes.dials.Load())
 }
