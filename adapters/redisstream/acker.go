@@ -22,9 +22,10 @@ type ackKey struct{ stream, group string }
 // with the next acks, after a pause that doubles from ackRetryPause up to ackMaxPause, for as
 // long as the adapter is open, so a success whose ack met a cluster failover is acknowledged
 // once the cluster is back. XACK is idempotent, so a resend after a lost reply is harmless.
-// Memory stays bounded: an ID is recorded once per handled message, and a subscription never
-// has more than Config.Window messages in flight, nor reads while its acks are failing for
-// the same reason. Only a final reply (NOGROUP: the group was deleted) drops its IDs.
+// The IDs kept are those of the messages handled while the acks fail: while the reads fail the
+// same way (the cluster is down, the connection is lost) nothing new is handled, so that is at
+// most the Window of each subscription. Only a final reply (NOGROUP: the group was deleted)
+// drops its IDs.
 //
 // While IDs are recorded and not yet acknowledged the reclaimer of this adapter does not hand
 // their entries out again (unsettled): a success is not re-judged, as a delivery past
