@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/millrace/millrace/conformance/cutbattery"
 )
 
 // TestWindowOneNeverWaitsForExpiry: with Window 1 (one message in flight, one pull request of
@@ -116,6 +118,29 @@ func TestPullAgainAfterExpiry(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestResetAfterBlackHoleLosesNoProbe: a reset that follows a black hole does not send the
+// messages published meanwhile into nothing. After a black hole the server keeps its side of
+// the silent connection, with its subscription to the pull inbox, until its own pings fail;
+// a subscription that kept pulling on that inbox had, during the next reset, every message
+// the server gave its open requests sent to that dead connection, the probe of the cut among
+// them, which then came back only after AckWait (measured: 5 s resumes after each such
+// reset). Pulling on a new inbox after each reconnect keeps them on the live connection.
+// A lost probe cannot reach the handler before AckWait, whatever the machine's load.
+func TestResetAfterBlackHoleLosesNoProbe(t *testing.T) {
+	res, problems := cutbattery.Measure(t, cutTarget{}, cutbattery.Options{Cuts: 2, Gap: time.Second,
+		Kinds: []cutbattery.Kind{cutbattery.BlackHole, cutbattery.Reset}})
+	t.Log(res.CountsLine(res.Bound))
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if len(res.Cuts) != 2 {
+		t.Fatalf("%d cuts reported, want 2", len(res.Cuts))
+	}
+	if c := res.Cuts[1]; !c.Resumed || c.Resume >= cutAckWait {
+		t.Errorf("the reset after a black hole resumed %s after Restore (resumed %v): its probe was lost and redelivered after AckWait (%s)", c.Resume.Round(time.Millisecond), c.Resumed, cutAckWait)
 	}
 }
 

@@ -145,20 +145,29 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 		close(out)
 	}()
 
-	// The subscription's callback hands every message of the inbox to this loop. asked bounds
-	// what the server sends, so arrivals rarely fills; when it does, nats.go holds the rest.
+	// Every inbox's subscription hands its messages to this loop. asked bounds what the server
+	// sends, so arrivals rarely fills; when it does, nats.go holds the rest.
 	arrivals := make(chan *nats.Msg, 2*cfg.Window+16)
 	stopped := make(chan struct{})
-	inbox := nc.NewInbox()
+	deliver := func(m *nats.Msg) {
+		select {
+		case arrivals <- m:
+		case <-stopped:
+		}
+	}
+	var inbox string
 	var sub *nats.Subscription
+	subscribe := func() error {
+		in := nc.NewInbox()
+		sb, err := nc.Subscribe(in, deliver)
+		if err != nil {
+			return err
+		}
+		inbox, sub = in, sb
+		return nil
+	}
 	for {
-		var err error
-		sub, err = nc.Subscribe(inbox, func(m *nats.Msg) {
-			select {
-			case arrivals <- m:
-			case <-stopped:
-			}
-		})
+		err := subscribe()
 		if err == nil {
 			break
 		}
@@ -167,12 +176,28 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 			return
 		}
 	}
+	// After a reconnect the subscription pulls on a new inbox. The server may still hold the
+	// connection it had before (a connection that went silent stays open on its side until its
+	// own pings fail, minutes later) with a subscription to the old inbox: requests on that
+	// inbox would have their messages sent there, into nothing, whenever the live connection
+	// is down. The old inbox stays subscribed until its requests have expired.
+	type retiring struct {
+		sub   *nats.Subscription
+		until time.Time
+	}
+	var old []retiring
+	retire := time.NewTimer(time.Hour)
+	retire.Stop()
+	defer retire.Stop()
 	status := nc.StatusChanged(nats.RECONNECTING, nats.CONNECTED)
 	var queue []*nats.Msg
 	defer func() {
 		// Requests still open at the server deliver into an inbox nobody reads: JetStream
 		// redelivers those messages after AckWait. What arrived is given back at once.
 		_ = sub.Unsubscribe()
+		for _, r := range old {
+			_ = r.sub.Unsubscribe()
+		}
 		close(stopped)
 		nc.RemoveStatusListener(status)
 		for {
@@ -256,6 +281,21 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 			case st == nats.CONNECTED && !connected: // requests sent before may be gone with the connection
 				connected = true
 				asked = 0
+				prev := sub
+				if err := subscribe(); err != nil {
+					cfg.Logger.Warn("nats: subscribe to a new pull inbox failed; pulling on the old one", "topic", topic, "error", err)
+					break
+				}
+				old = append(old, retiring{sub: prev, until: time.Now().Add(pullExpiry + pullHeartbeat)})
+				retire.Reset(time.Until(old[0].until))
+			}
+		case <-retire.C:
+			for len(old) > 0 && !old[0].until.After(time.Now()) {
+				_ = old[0].sub.Unsubscribe()
+				old = old[1:]
+			}
+			if len(old) > 0 {
+				retire.Reset(time.Until(old[0].until))
 			}
 		case <-retry:
 			retry = nil
