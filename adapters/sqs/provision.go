@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -161,10 +162,26 @@ func (a *Adapter) queueAttribute(ctx context.Context, url, attr string) (string,
 }
 
 // retentionNeeded bounds the time from a message's first receive to its give-up: every retry
-// delay at its longest, and every attempt holding the message for the visibility timeout.
+// delay at its longest, and every attempt holding the message for the visibility timeout. It
+// saturates at the longest Duration instead of overflowing (many attempts of long delays).
 func retentionNeeded(p millrace.RetryPolicy, visibility time.Duration) time.Duration {
 	n := time.Duration(p.MaxAttempts)
-	return (n-1)*p.MaxDelay() + n*visibility
+	delays, held := timesSaturating(n-1, p.MaxDelay()), timesSaturating(n, visibility)
+	if delays > math.MaxInt64-held {
+		return math.MaxInt64
+	}
+	return delays + held
+}
+
+// timesSaturating returns n x d for n, d >= 0, saturating at the longest Duration.
+func timesSaturating(n, d time.Duration) time.Duration {
+	if n <= 0 || d <= 0 {
+		return 0
+	}
+	if d > math.MaxInt64/n {
+		return math.MaxInt64
+	}
+	return n * d
 }
 
 // checkRetention refuses a policy whose messages could outlive SQS's longest retention
