@@ -119,3 +119,57 @@ func ExamplePoison_writeFailed() {
 	// true
 	// millrace: dead-letter publish failed: broker unreachable (message was malformed: not JSON)
 }
+
+// scheduler is a RetryScheduler that prints each request instead of asking a broker.
+type scheduler struct{}
+
+func (scheduler) ScheduleRetry(_ context.Context, msg *message.Message, req millrace.RetryRequest) (millrace.Disposition, error) {
+	fmt.Printf("retry %s after attempt %d in %s: %v\n", msg.UUID, req.Attempt.Number, req.Delay, req.Err)
+	return millrace.AckOriginal, nil
+}
+
+// Retry schedules a Retry outcome below MaxAttempts through the adapter (the policy's delay, or
+// the handler's own with RetryAfter, capped at MaxDelay) and returns nil: the original is then
+// acknowledged. On the last attempt it returns an ExhaustedError for Poison instead.
+func ExampleRetry() {
+	retry := middleware.Retry(scheduler{}, middleware.RetryConfig{
+		Policy:   millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Delays{time.Second, time.Minute}},
+		MaxDelay: time.Hour, Logger: quiet,
+	})
+	for _, c := range []struct {
+		attempt int
+		cause   error
+	}{
+		{1, errors.New("timeout")},
+		{2, millrace.RetryAfter(errors.New("429 Too Many Requests"), 2*time.Hour)},
+		{3, errors.New("timeout")},
+	} {
+		msg := message.NewMessage(fmt.Sprintf("m-%d", c.attempt), nil)
+		msg.SetContext(millrace.WithAttempt(context.Background(), &millrace.Attempt{Number: c.attempt, MaxAttempts: 3}))
+		h := retry(func(*message.Message) ([]*message.Message, error) { return nil, c.cause })
+		_, err := h(msg)
+		fmt.Printf("attempt %d -> %v (exhausted %v)\n", c.attempt, err, errors.Is(err, millrace.ErrExhausted))
+	}
+	// Output:
+	// retry m-1 after attempt 1 in 1s: timeout
+	// attempt 1 -> <nil> (exhausted false)
+	// retry m-2 after attempt 2 in 1h0m0s: 429 Too Many Requests
+	// attempt 2 -> <nil> (exhausted false)
+	// attempt 3 -> millrace: retry attempts exhausted after 3 attempts: timeout (exhausted true)
+}
+
+// Budget gives the handler a context deadline: a handler that honours its context stops when
+// the processing budget is spent, and its error is then a Retry like any other.
+func ExampleBudget() {
+	h := middleware.Budget(20 * time.Millisecond)(func(msg *message.Message) ([]*message.Message, error) {
+		_, hasDeadline := msg.Context().Deadline()
+		fmt.Println("deadline set:", hasDeadline)
+		<-msg.Context().Done() // a call that honours its context, cut short by the budget
+		return nil, msg.Context().Err()
+	})
+	_, err := h(message.NewMessage("m-1", nil))
+	fmt.Println(err, millrace.Classify(err, nil).Outcome)
+	// Output:
+	// deadline set: true
+	// context deadline exceeded RETRY
+}
