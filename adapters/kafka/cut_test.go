@@ -75,9 +75,9 @@ func kafkaCutBound(inFlight int) cutbattery.Bound {
 		// A black-holed request fails after the read timeout; sarama reconnects and the group
 		// rejoins, and the backlog built up meanwhile is handled before the probe (measured
 		// with a 5 s read timeout: at most 5.2 s in 6 runs on one broker; on the 3-broker
-		// cluster 13.4 s and 13.3 s, both at-least-once on a black hole at an ack, 8.4 s
-		// transactional, in 2 runs: each broker's connection goes silent on its own and costs
-		// its own read timeout when it is next used).
+		// cluster 13.4 s, 13.3 s and 13.4 s at-least-once, 11.2 s transactional, in 3 runs,
+		// after black holes and after resets too: each broker's connection goes silent on its
+		// own and costs its own read timeout when it is next used).
 		Resume:             cutReadTimeout + 10*time.Second,
 		Settle:             cutReadTimeout + 10*time.Second,
 		DuplicatesPerCut:   2 * 17 * inFlight,

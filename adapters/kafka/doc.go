@@ -159,7 +159,7 @@
 // most 5.2 s to resume on one broker, 0 lost, 0-2 duplicates. On the 3-broker cluster a
 // client holds a connection to each broker, each silenced by the black hole on its own and
 // discovered only when next used, so the timeouts can follow one another: measured at most
-// 13.4 s to resume (within the battery's ReadTimeout + 10 s), 0 lost, up to 163
+// 13.4 s to resume in 3 runs (within the battery's ReadTimeout + 10 s), 0 lost, up to 167
 // duplicates over six cuts (the bound is 2*17*MaxInFlight per cut).
 //
 // # Attempts
@@ -254,10 +254,10 @@
 // every other failing once with a 2 s retry delay, -race on a shared 2-core machine):
 // TestLeaderMoveWhileRetriesWait moves the leader of every source and retry partition three
 // times, 5 s apart: 0 lost, 0 duplicates, 0 dead letters, first attempts delayed at most
-// 2.5 s, retries at most 3.4 s past their due time, publishes at most 121 ms (2 runs).
+// 2.5 s, retries at most 3.4 s past their due time, publishes at most 121 ms (3 runs).
 // TestRebalanceWhileRetriesWait lets a second member join and leave twice: 0 lost,
 // 0 duplicates, 0 dead letters, first attempts delayed at most 0.73 s, retries at most
-// 0.73 s late (2 runs; the bound it checks is heartbeat + Consumer.MaxWaitTime + 2 s).
+// 0.73 s late (3 runs; the bound it checks is heartbeat + Consumer.MaxWaitTime + 2 s).
 //
 //	. .ci/services/kafka.sh && CI=true go test -race -count=1 -v \
 //	    -run 'TestLeaderMoveWhileRetriesWait|TestRebalanceWhileRetriesWait' ./adapters/kafka/
@@ -267,7 +267,7 @@
 // moves (a broker holding a group or transaction coordinator going away) are not measured: on
 // kfake they are cluster-wide and would disturb every test sharing the cluster; the cut
 // battery covers a coordinator that stops answering. The whole package (go test -race) took
-// 281 s on the 3-broker cluster, these two tests included (43 s), and 229 s on one broker
+// 277-281 s on the 3-broker cluster, these two tests included (43 s), and 229 s on one broker
 // without them.
 //
 // # Opening by URL, dead-letter store, plan
