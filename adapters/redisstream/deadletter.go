@@ -37,10 +37,11 @@ var ErrNotOwner = errors.New("redisstream: entry is no longer pending for this d
 // written dead letter) but the steps are not atomic: if another consumer claims the entry in
 // between, it may be dead-lettered twice.
 //
-// A transient server reply (transientReply: CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN,
-// READONLY, a redirection; the command did not run) is tried again, with pauses from 50 ms
-// doubling up to 1 s, for up to Config.ProcessingBudget; a lost connection is not (go-redis's
-// own retries apply). The original is acknowledged only with its dead letter written, so a
+// A failure that says the command did not run (notSent: a transient server reply such as
+// CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN, READONLY or a redirection, or a connection that
+// could not be opened) is tried again, with pauses from 50 ms doubling up to 1 s, for up to
+// Config.ProcessingBudget; a connection lost with the command on it is not (go-redis's own
+// retries apply). The original is acknowledged only with its dead letter written, so a
 // write that still fails leaves it pending as above.
 //
 // In a Redis Cluster the dead-letter stream must hash to the stream's slot: give the stream a
@@ -77,7 +78,7 @@ func (a *Adapter) deadLetterOwned(ctx context.Context, d *delivery, dlq string, 
 	if len(fields) <= maxScriptValues {
 		keys, args := []string{d.stream, dlq, a.retryKey(d.stream)}, append(owner, wire.Args(fields)...)
 		var res any
-		err := a.retryTransient(ctx, "dead-letter script", a.cfg.ProcessingBudget, transientReply, func() (err error) {
+		err := a.retryTransient(ctx, "dead-letter script", a.cfg.ProcessingBudget, notSent, func() (err error) {
 			res, err = a.scripts.deadLetter.Run(ctx, a.client, keys, args...).Result()
 			return err
 		})
@@ -106,21 +107,22 @@ func (a *Adapter) deadLetterOwned(ctx context.Context, d *delivery, dlq string, 
 	return nil
 }
 
-// runOwned runs an owner-checked script that answers 1 or 0, trying a transient server reply
-// again.
+// runOwned runs an owner-checked script that answers 1 or 0, trying it again while it was not
+// sent (notSent).
 func (a *Adapter) runOwned(ctx context.Context, sc *redis.Script, keys []string, owner []any) (n int, err error) {
-	err = a.retryTransient(ctx, "dead-letter script", a.cfg.ProcessingBudget, transientReply, func() (err error) {
+	err = a.retryTransient(ctx, "dead-letter script", a.cfg.ProcessingBudget, notSent, func() (err error) {
 		n, err = sc.Run(ctx, a.client, keys, owner...).Int()
 		return err
 	})
 	return n, err
 }
 
-// xadd appends one entry, trying a transient server reply again for up to
-// Config.ProcessingBudget. A reply such as CLUSTERDOWN means the server did not append; a lost
-// connection leaves that unknown, so it is not tried again here (go-redis's own retries apply).
+// xadd appends one entry, trying it again for up to Config.ProcessingBudget while it surely was
+// not appended (notSent: a reply such as CLUSTERDOWN, a refused dial); a connection lost with
+// the XADD on it leaves that unknown, so it is not tried again here (go-redis's own retries
+// apply).
 func (a *Adapter) xadd(ctx context.Context, op string, args *redis.XAddArgs) error {
-	return a.retryTransient(ctx, op, a.cfg.ProcessingBudget, transientReply, func() error {
+	return a.retryTransient(ctx, op, a.cfg.ProcessingBudget, notSent, func() error {
 		return a.client.XAdd(ctx, args).Err()
 	})
 }

@@ -20,9 +20,9 @@ const publishChunk = 1000
 type publisher struct{ a *Adapter }
 
 // Publish appends msgs to stream in order. On error some leading messages may be appended. A
-// transient server reply (a cluster failover's CLUSTERDOWN, TRYAGAIN, LOADING; see
-// transientReply) is tried again for up to Config.ProcessingBudget, for the messages not yet
-// appended only.
+// failure that says nothing was appended (notSent: a cluster failover's CLUSTERDOWN, TRYAGAIN,
+// LOADING, or a connection that could not be opened) is tried again for up to
+// Config.ProcessingBudget, for the messages not yet appended only.
 func (p *publisher) Publish(stream string, msgs ...*message.Message) error {
 	if p.a.isClosed() {
 		return fmt.Errorf("redisstream: publish to %s: %w", stream, millrace.ErrClosed)
@@ -38,8 +38,8 @@ func (p *publisher) Publish(stream string, msgs ...*message.Message) error {
 	return nil
 }
 
-// publish appends msgs in one pipeline. When the XADDs from some index on all failed with a
-// transient server reply (transientReply: the server appended none of them), those are sent
+// publish appends msgs in one pipeline. When the XADDs from some index on all failed in a way
+// that says they were not sent (notSent: the server appended none of them), those are sent
 // again, in order, for up to Config.ProcessingBudget; the ones before were appended once, so
 // nothing is duplicated or reordered. Any other failure is returned.
 func (p *publisher) publish(ctx context.Context, stream string, msgs []*message.Message) error {
@@ -52,7 +52,7 @@ func (p *publisher) publish(ctx context.Context, stream string, msgs []*message.
 		args[i] = &redis.XAddArgs{Stream: stream, Values: fields, MaxLen: p.a.cfg.MaxLen, Approx: p.a.cfg.MaxLen > 0}
 	}
 	final := false // a failure that must not be sent again
-	retry := func(err error) bool { return !final && transientReply(err) }
+	retry := func(err error) bool { return !final && notSent(err) }
 	err := p.a.retryTransient(ctx, "publish", p.a.cfg.ProcessingBudget, retry, func() error {
 		pipe := p.a.client.Pipeline()
 		cmds := make([]*redis.StringCmd, len(args))
@@ -65,7 +65,7 @@ func (p *publisher) publish(ctx context.Context, stream string, msgs []*message.
 				continue
 			}
 			for _, rest := range cmds[i:] {
-				if !transientReply(rest.Err()) { // not known to be unwritten: do not send again
+				if !notSent(rest.Err()) { // not known to be unwritten: do not send again
 					final = true
 					return c.Err()
 				}

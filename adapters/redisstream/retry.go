@@ -19,10 +19,11 @@ import (
 // delivers it again once due, with its delivery count one higher. Any delay works, a
 // millrace.RetryAfter longer than the policy's included.
 //
-// A transient server reply (a cluster failover's CLUSTERDOWN, TRYAGAIN, LOADING, ...; see
-// transientReply: the script did not run) is tried again, with pauses from 50 ms doubling up to
-// 1 s, for up to Config.ProcessingBudget. A lost connection is not (go-redis's own retries
-// apply), as before. If it still fails, the error is returned and the entry stays pending: it
+// A failure that says the script did not run (notSent: a transient server reply such as a
+// cluster failover's CLUSTERDOWN, TRYAGAIN or LOADING, or a connection that could not be
+// opened) is tried again, with pauses from 50 ms doubling up to 1 s, for up to
+// Config.ProcessingBudget. A connection lost with the script on it is not (go-redis's own
+// retries apply), as before. If it still fails, the error is returned and the entry stays pending: it
 // is recovered after its reclaim threshold, with its delivery count one higher.
 func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req millrace.RetryRequest) (millrace.Disposition, error) {
 	d, ok := deliveryFrom(msg)
@@ -35,7 +36,7 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 	}
 	keys := []string{d.stream, a.retryKey(d.stream)}
 	var res int
-	err := a.retryTransient(ctx, "schedule retry", a.cfg.ProcessingBudget, transientReply, func() (err error) {
+	err := a.retryTransient(ctx, "schedule retry", a.cfg.ProcessingBudget, notSent, func() (err error) {
 		res, err = a.scripts.retry.Run(ctx, a.client, keys, d.group, d.id, d.consumer, d.count, max(delay, 0).Milliseconds()).Int()
 		return err
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -39,6 +40,19 @@ func transientReply(err error) bool {
 		redis.IsMaxClientsError(err)
 }
 
+// notSent reports whether err says that the server surely did not run the command and may run
+// it if it is sent again later: a transient reply (transientReply), or a connection that could
+// not be opened (a refused or failed dial, an exhausted pool; go-redis reasons the same way in
+// its own retries). The retry and dead-letter writes and XADD retry on it: sending them again
+// can neither duplicate an entry nor repeat a script.
+func notSent(err error) bool {
+	if transientReply(err) || errors.Is(err, redis.ErrPoolTimeout) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
 // isTransient reports whether a failed Redis call may succeed if sent again later: a transient
 // server reply (transientReply) or a failure to talk to the server at all (a refused or reset
 // connection, a timeout, an exhausted pool), which the adapter's loops and its acker have always
@@ -47,8 +61,8 @@ func transientReply(err error) bool {
 //
 // A network failure, unlike a transient reply, leaves unknown whether the server executed the
 // command. The acker retries on isTransient (XACK is idempotent); the retry and dead-letter
-// writes and XADD retry on transientReply only, so that a lost connection keeps the behaviour
-// the cut battery measured (go-redis's own retries, then the entry stays pending).
+// writes and XADD retry on notSent only, so that a connection lost with a command on it keeps
+// the behaviour the cut battery measured (go-redis's own retries, then the entry stays pending).
 func isTransient(err error) bool {
 	switch {
 	case err == nil, errors.Is(err, redis.Nil), errors.Is(err, redis.ErrClosed),

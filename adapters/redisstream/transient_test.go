@@ -170,10 +170,21 @@ func TestTransientRealReplies(t *testing.T) {
 	// cancelled context and redis.Nil are not.
 	refused := redis.NewClient(&redis.Options{Addr: closedPort(t), MaxRetries: -1})
 	defer refused.Close()
-	nets := map[string]error{"refused": refused.Ping(ctx).Err(), "EOF": io.EOF, "wrapped EOF": fmt.Errorf("x: %w", io.ErrUnexpectedEOF)}
+	refusedErr := refused.Ping(ctx).Err()
+	nets := map[string]error{"refused": refusedErr, "EOF": io.EOF, "wrapped EOF": fmt.Errorf("x: %w", io.ErrUnexpectedEOF)}
 	for name, err := range nets {
 		if err == nil || !isTransient(err) || transientReply(err) {
 			t.Errorf("%s (%v): isTransient %v, transientReply %v; want true, false", name, err, isTransient(err), transientReply(err))
+		}
+	}
+	// notSent: a refused dial and a transient reply surely did not run; a lost connection may have.
+	clusterDown := replyServer(t, "CLUSTERDOWN The cluster is down").Get(ctx, "k").Err()
+	for err, want := range map[error]bool{
+		refusedErr: true, fmt.Errorf("publish: %w", refusedErr): true, clusterDown: true, redis.ErrPoolTimeout: true,
+		io.EOF: false, io.ErrUnexpectedEOF: false, final["WRONGTYPE"]: false, context.DeadlineExceeded: false,
+	} {
+		if got := notSent(err); got != want {
+			t.Errorf("notSent(%v) = %v, want %v", err, got, want)
 		}
 	}
 	closed := redis.NewClient(&redis.Options{Addr: c.Options().Addr})
