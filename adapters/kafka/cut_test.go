@@ -64,22 +64,28 @@ func (c cutTarget) Connect(_ context.Context, t testing.TB, topic string, proxie
 		Pending: func(_ context.Context, topic string) (int, error) {
 			return pendingRecords(upstream, group, topic)
 		},
-		Bound: kafkaCutBound(4),
+		Bound: kafkaCutBound(4, len(upstream)),
 	}, nil
 }
 
-// kafkaCutBound is the bound doc.go states under "Connection loss", for cutReadTimeout and the
-// battery's MaxInFlight.
-func kafkaCutBound(inFlight int) cutbattery.Bound {
+// kafkaCutBound is the bound doc.go states under "Connection loss", for cutReadTimeout, the
+// battery's MaxInFlight and the number of brokers.
+func kafkaCutBound(inFlight, brokers int) cutbattery.Bound {
+	// A black-holed request fails after the read timeout; sarama reconnects and the group
+	// rejoins, and the backlog built up meanwhile is handled before the probe. A client holds
+	// a connection to each broker, and each one the black hole caught (or that was opened
+	// during it) stays silent and fails only when next used, one read timeout later; sarama
+	// finds them one after another (a trace of an 18.4 s resume on 3 brokers: a fetch, the
+	// coordinator lookup on a second broker, a metadata request, a produce, each timing out
+	// about 5 s after the one before). So the bound grows by a read timeout per broker:
+	// (brokers+1) x ReadTimeout + 5 s, 15 s on one broker as before, 25 s on three. Measured
+	// with a 5 s read timeout: at most 5.2 s in 6 runs on one broker; on the 3-broker cluster
+	// 13.4 s, 13.3 s, 13.4 s, 18.4 s and 8.4 s at-least-once, 11.2 s transactional, in 5 runs, after
+	// black holes and after resets too.
+	resume := time.Duration(brokers+1)*cutReadTimeout + 5*time.Second
 	return cutbattery.Bound{
-		// A black-holed request fails after the read timeout; sarama reconnects and the group
-		// rejoins, and the backlog built up meanwhile is handled before the probe (measured
-		// with a 5 s read timeout: at most 5.2 s in 6 runs on one broker; on the 3-broker
-		// cluster 13.4 s, 13.3 s and 13.4 s at-least-once, 11.2 s transactional, in 3 runs,
-		// after black holes and after resets too: each broker's connection goes silent on its
-		// own and costs its own read timeout when it is next used).
-		Resume:             cutReadTimeout + 10*time.Second,
-		Settle:             cutReadTimeout + 10*time.Second,
+		Resume:             resume,
+		Settle:             resume,
 		DuplicatesPerCut:   2 * 17 * inFlight,
 		AttemptsLostPerCut: 0, // the attempt lives in the record: a lost delivery repeats its number
 	}
