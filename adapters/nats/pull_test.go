@@ -105,7 +105,10 @@ func TestPullAgainAfterExpiry(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(pullExpiry + pullHeartbeat) // the first request expires
+			// The first request expires (the server's 408 comes at pullExpiry); a subscription
+			// that lost count of it would pull again only when its watchdog fires, two
+			// heartbeats after that 408 (2 x pullExpiry).
+			time.Sleep(pullExpiry + pullHeartbeat/2)
 			for i := range 3 {
 				fill(t, a, subject, 1)
 				sent := time.Now()

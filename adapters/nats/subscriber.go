@@ -121,8 +121,8 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 
 // run hands out messages until ctx ends, then waits for the settlements.
 //
-// It pulls on one inbox of its own for the subscription's lifetime (a message the server sends
-// to a pull request that is just expiring still reaches it) and keeps the pull accounting in
+// It pulls on one inbox of its own, a new one after each reconnect (a message the server sends
+// to a pull request that is just expiring still reaches it), and keeps the pull accounting in
 // this one goroutine: asked is how many messages its open pull requests may still deliver,
 // queue what arrived and waits for a free slot (at most Config.Window in flight). Whenever
 // asked plus the queue falls below half of the window, it asks for the rest of the window, in
