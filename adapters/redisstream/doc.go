@@ -223,9 +223,14 @@
 //     and ReclaimInterval 50 ms. They add about 10-15 s to this package's
 //     test run and 5 s to its battery run on the shared 2-core CI machine.
 //   - Connection loss: the dial hook New adds (see Connection loss) does nothing on a cluster
-//     client, whose node clients dial without its hooks; a silent connection to a node is then
-//     found out by go-redis's read timeouts alone, one pooled connection at a time. The cut
-//     battery has not been run on a cluster.
+//     client, whose node clients dial without its hooks (TestClusterClientDialHooksNeverRun); a
+//     silent connection to a node is then found out by go-redis's read timeouts alone, one
+//     pooled connection at a time. Measured with a cluster variant of the cut battery (every
+//     node cut at once; not part of CI, since it fails): resets cost nothing (resumed within
+//     0.15 s), but after 4 s black holes the consumer resumed 36 s and 26 s after the
+//     connections came back, and after the third not before the run ended, with 896 entries
+//     still pending (none lost on the server, no duplicates). Known limit, not yet fixed: on a
+//     cluster, budget for a silent network path costing tens of seconds.
 //   - Opening by URL: redis:// and rediss:// open one Redis (redis.NewClient), which does not
 //     follow a cluster's MOVED redirections; build the adapter, and a DeadLetterStore, on a
 //     cluster client in code.
