@@ -8,8 +8,9 @@ import (
 
 // thresholds is the reclaim idle time of a stream's entries per delivery count: an entry that
 // was delivered c times is claimed once it has been idle for max(policy delay before retry c,
-// MinIdle). Jittered exponential delays use their unjittered value here: ScheduleRetry shifts
-// each failed entry's delivery time by the jitter it drew, so the spread survives.
+// MinIdle). A jittered backoff counts with its longest delay (JitteredBackoff.MaxDelay, an
+// Exponential's unjittered value): ScheduleRetry shifts each failed entry's delivery time by
+// the jitter it drew, so the spread survives.
 type thresholds struct {
 	byCount []time.Duration // byCount[c-1]; counts past the end use the last element
 	min     time.Duration   // the shortest of them: the XPENDING IDLE filter
@@ -26,7 +27,8 @@ func newThresholds(policy *millrace.RetryPolicy, minIdle time.Duration) threshol
 	for c := 1; c <= n; c++ {
 		d := minIdle
 		if policy != nil {
-			d = max(baseDelay(policy.Backoff, c), minIdle)
+			_, longest := policy.DelayRange(c)
+			d = max(longest, minIdle)
 		}
 		t.byCount[c-1] = d
 		if t.min < 0 || d < t.min {
@@ -40,17 +42,4 @@ func newThresholds(policy *millrace.RetryPolicy, minIdle time.Duration) threshol
 func (t thresholds) forCount(count int64) time.Duration {
 	i := int(min(max(count, 1), int64(len(t.byCount)))) - 1
 	return t.byCount[i]
-}
-
-// baseDelay is the longest delay b can give before retry n.
-func baseDelay(b millrace.Backoff, n int) time.Duration {
-	switch v := b.(type) {
-	case nil:
-		return 0
-	case millrace.Exponential:
-		v.Jitter = 0
-		return v.Delay(n)
-	default:
-		return max(b.Delay(n), b.MinDelay(n))
-	}
 }
