@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"time"
 
@@ -17,11 +18,12 @@ import (
 // The happy path of a message is therefore two round trips. Create it with NewRedisStore.
 //
 // A command the server refuses with a transient reply (CLUSTERDOWN, TRYAGAIN, LOADING,
-// MASTERDOWN, READONLY, a redirection go-redis stopped following: a Redis Cluster failover) did
-// not run, and is sent again, with pauses from 20 ms doubling up to 500 ms, until the call's
-// context ends or for at most DefaultStoreTimeout; only then does the call return that reply
-// (which the middleware turns into ErrStoreUnavailable, or runs fail-open). Every other error
-// is returned at once, as before, a lost connection included (the command may have run).
+// MASTERDOWN, READONLY, a redirection go-redis stopped following: a Redis Cluster failover), or
+// one whose connection could not be opened (a refused dial), did not run, and is sent again,
+// with pauses from 20 ms doubling up to 500 ms, until the call's context ends or for at most
+// DefaultStoreTimeout; only then does the call return that error (which the middleware turns
+// into ErrStoreUnavailable, or runs fail-open). Every other error is returned at once, as
+// before, a connection lost with the command on it included (the command may have run).
 type RedisStore struct {
 	client  redis.UniversalClient
 	opts    StoreOptions
@@ -135,7 +137,7 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, keys []string, owner string
 					out[i] = Acquired
 				case errors.Is(err, redis.Nil):
 					held = append(held, i)
-				case transientReply(err):
+				case notSent(err):
 					again, last = append(again, i), err
 				default:
 					return &finalError{err}
@@ -170,7 +172,7 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, keys []string, owner string
 					out[i] = heldResult(v)
 				case errors.Is(err, redis.Nil):
 					pending = append(pending, i) // vanished in between: claim again
-				case transientReply(err):
+				case notSent(err):
 					again, last = append(again, i), err
 				default:
 					return &finalError{err}
@@ -260,8 +262,9 @@ func (s *RedisStore) runScript(ctx context.Context, sc *redis.Script, keys []str
 // (ClusterOptions.MaxRedirects). go-redis retries the same replies itself, but only a few times
 // within about 100 ms, and in a pipeline only when a node's first command failed, which a
 // cluster in state fail (seconds) outlasts. Any other reply (WRONGTYPE, CROSSSLOT, NOSCRIPT,
-// OOM, ERR ...) is final, and so is a network error: the command may have run, and running an
-// owner-checked script twice would report ErrLeaseLost for a lease the first run completed.
+// OOM, ERR ...) is final, and so is a connection lost with the command on it: the command may
+// have run, and running an owner-checked script twice would report ErrLeaseLost for a lease the
+// first run completed (a connection that could not be opened is retried: see notSent).
 // The same rule as the Redis Streams adapter's (adapters/redisstream, transient.go).
 func transientReply(err error) bool {
 	if err == nil {
@@ -285,8 +288,20 @@ const (
 	transientMaxPause   = 500 * time.Millisecond
 )
 
-// retryTransient calls fn until it returns nil or an error that is not a transient reply
-// (transientReply), pausing between tries, until ctx ends or the next try would start more
+// notSent reports whether err says the server surely did not run the command: a transient reply
+// (transientReply), or a connection that could not be opened (a refused or failed dial, an
+// exhausted pool; go-redis reasons the same way in its own retries). Sending it again is then
+// safe, an owner-checked script included.
+func notSent(err error) bool {
+	if transientReply(err) || errors.Is(err, redis.ErrPoolTimeout) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// retryTransient calls fn until it returns nil or an error that does not say the command was
+// not run (notSent), pausing between tries, until ctx ends or the next try would start more
 // than DefaultStoreTimeout after the first: the middleware bounds each store call with
 // Config.StoreTimeout, so a cluster failover shorter than that costs a message no attempt, and
 // a caller without a deadline still gets the reply after at most DefaultStoreTimeout. It then
@@ -296,7 +311,7 @@ func retryTransient(ctx context.Context, fn func() error) error {
 	deadline := time.Now().Add(DefaultStoreTimeout)
 	for {
 		err := fn()
-		if !transientReply(err) || time.Now().Add(pause).After(deadline) {
+		if !notSent(err) || time.Now().Add(pause).After(deadline) {
 			return err
 		}
 		t := time.NewTimer(pause)

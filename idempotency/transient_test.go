@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -103,20 +102,10 @@ func TestStoreTransientReplies(t *testing.T) {
 	}
 }
 
-// loneClusterNode starts a cluster-enabled redis-server that serves no slot yet, so that it
-// answers every key with CLUSTERDOWN (a real server's reply) until the test assigns it every
-// slot; it fails in CI (skips elsewhere) without redis-server. Its cluster-node-timeout is
-// 500 ms: a node that was in the minority waits that long (at least 500 ms, at most 5 s)
-// before it reports the cluster ok again.
-func loneClusterNode(t *testing.T) *redis.Client {
+// freeRedisPort returns a loopback port in [from, to) that is free, its cluster bus port
+// (+10000) too. The tests that run in parallel use ranges of their own.
+func freeRedisPort(t *testing.T, from, to int) int {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if testenv.InCI() {
-			t.Fatalf("redis-server is not installed in CI (CI=true): %v", err)
-		}
-		t.Skipf("redis-server is not installed: %v", err)
-	}
 	free := func(p int) bool {
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
 		if err != nil {
@@ -125,24 +114,46 @@ func loneClusterNode(t *testing.T) *redis.Client {
 		l.Close()
 		return true
 	}
-	port := 0
-	for p := 17201; p < 17300 && port == 0; p++ {
+	for p := from; p < to; p++ {
 		if free(p) && free(p+10000) {
-			port = p
+			return p
 		}
 	}
-	if port == 0 {
-		t.Fatal("no free port (and bus port +10000) in 17201-17299 on 127.0.0.1")
+	t.Fatalf("no free port (and bus port +10000) in %d-%d on 127.0.0.1", from, to-1)
+	return 0
+}
+
+// redisServer prepares redis-server on port with args, killed when the test ends (its output
+// goes to a file in its directory, so that no child holds the test's stderr); it fails in CI
+// (skips elsewhere) without redis-server. Start it with cmd.Start.
+func redisServer(t *testing.T, port int, args ...string) *exec.Cmd {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if testenv.InCI() {
+			t.Fatalf("redis-server is not installed in CI (CI=true): %v", err)
+		}
+		t.Skipf("redis-server is not installed: %v", err)
 	}
 	dir := t.TempDir()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
-		"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "500", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
+	args = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log")}, args...)
+	cmd := exec.Command(bin, args...)
+	t.Cleanup(func() {
+		if cmd.Process != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd
+}
+
+// startRedisServer runs redisServer and returns a client of it once it answers.
+func startRedisServer(t *testing.T, port int, args ...string) *redis.Client {
+	t.Helper()
+	if err := redisServer(t, port, args...).Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	for deadline := time.Now().Add(10 * time.Second); c.Ping(context.Background()).Err() != nil; time.Sleep(20 * time.Millisecond) {
@@ -151,6 +162,62 @@ func loneClusterNode(t *testing.T) *redis.Client {
 		}
 	}
 	return c
+}
+
+// loneClusterNode starts a cluster-enabled redis-server that serves no slot yet, so that it
+// answers every key with CLUSTERDOWN (a real server's reply) until the test assigns it every
+// slot. Its cluster-node-timeout is 500 ms: a node that was in the minority waits that long (at
+// least 500 ms, at most 5 s) before it reports the cluster ok again.
+func loneClusterNode(t *testing.T) *redis.Client {
+	t.Helper()
+	dir := t.TempDir()
+	return startRedisServer(t, freeRedisPort(t, 17201, 17250), "--cluster-enabled", "yes",
+		"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "500")
+}
+
+// TestRedisStoreRetriesRefusedDial: a call whose connection is refused (the server is not
+// listening yet) did not run; it is sent again and succeeds once the server answers, within
+// the call's context. Before, it returned the dial error once go-redis's own dial retries
+// (DialerRetries 5, 100 ms apart) were spent, so the server starts 1.5 s late here.
+func TestRedisStoreRetriesRefusedDial(t *testing.T) {
+	t.Parallel()
+	port := freeRedisPort(t, 17250, 17300)
+	server := redisServer(t, port) // started 1.5 s into the Claim below
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), MaxRetries: -1, DialTimeout: time.Second})
+	defer client.Close()
+	store, err := NewRedisStore(client, StoreOptions{Prefix: "millrace-transient:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	refused := client.Ping(ctx).Err()
+	var op *net.OpError
+	if !errors.As(refused, &op) || op.Op != "dial" || !notSent(refused) || transientReply(refused) {
+		t.Fatalf("a closed port gave %v; want a dial error that notSent (only) accepts", refused)
+	}
+	for _, err := range []error{io.EOF, io.ErrUnexpectedEOF, context.DeadlineExceeded} {
+		if notSent(err) {
+			t.Errorf("notSent(%v) = true: a lost connection may have run the command", err)
+		}
+	}
+	started := make(chan error, 1)
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		started <- server.Start()
+	}()
+	defer func() {
+		if err := <-started; err != nil {
+			t.Errorf("start redis-server: %v", err)
+		}
+	}()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	res, err := store.Claim(cctx, "k1", "o1", time.Minute)
+	if err != nil || res != Acquired {
+		t.Fatalf("Claim while the server starts: %s, %v after %s; want ACQUIRED", res, err, time.Since(start))
+	}
+	t.Logf("Claim succeeded %s after the first refused dial", time.Since(start).Round(time.Millisecond))
 }
 
 // TestRedisStoreRetriesClusterDown: every store call made while the node answers CLUSTERDOWN
