@@ -163,6 +163,13 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 		if err != nil {
 			return err
 		}
+		// What the server sends beyond what was asked for (requests of before a reset of asked)
+		// waits in nats.go up to this bound, then is dropped as a slow consumer's and
+		// redelivered after AckWait.
+		if err := sb.SetPendingLimits(2*cfg.Window+64, nats.DefaultSubPendingBytesLimit); err != nil {
+			_ = sb.Unsubscribe()
+			return err
+		}
 		inbox, sub = in, sb
 		return nil
 	}
@@ -217,6 +224,9 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 	}()
 
 	refill := (cfg.Window + 1) / 2 // pull again below half of the window, as MessagesContext
+	// The queue holds at most Window normally (asked + queue <= Window when a request is
+	// sent); up to 2 x Window when requests sent before a reset of asked deliver too.
+	maxQueued := 2 * cfg.Window
 	asked := 0
 	var retry <-chan time.Time // after a failed request: no new one before it fires
 	idle := time.NewTimer(2 * pullHeartbeat)
@@ -237,10 +247,14 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 		if len(queue) > 0 {
 			free = slots
 		}
+		in := arrivals
+		if len(queue) >= maxQueued {
+			in = nil // bounded: the rest waits in arrivals and in nats.go (see subscribe)
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case m := <-arrivals:
+		case m := <-in:
 			idle.Reset(2 * pullHeartbeat)
 			code := m.Header.Get("Status")
 			if m.Reply != "" || code == "" || len(m.Data) > 0 { // a delivery (its reply is the ack subject)
