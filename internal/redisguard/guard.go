@@ -45,7 +45,9 @@ var errSilentPath = fmt.Errorf("redis connection dropped: another connection to 
 // that is merely slow costs the idle connections a reconnect, nothing more.
 //
 // Known limits (review, not yet fixed): a *redis.ClusterClient or *redis.Ring dials through
-// its node clients, which do not inherit the hook, so there the guard does nothing; over TLS
+// its node clients, which do not inherit the client's hooks, so Install adds the guard to each
+// node client as it is created (OnNewNode); a node client created before Install (the client
+// was used before the adapter or store got it) stays unguarded; over TLS
 // go-redis's pool check cannot see a closed connection, so a condemned idle one still costs a
 // command one of its retries (errSilentPath) instead of being discarded unused; and a
 // connection that is reading without a request of its own outstanding (a PubSub connection of
@@ -70,9 +72,18 @@ var guardEpoch = time.Now()
 
 func sinceEpoch() int64 { return int64(time.Since(guardEpoch)) }
 
-// Install adds the guard to client. Only connections dialled afterwards are guarded.
+// Install adds the guard to client. Only connections dialled afterwards are guarded; on a
+// cluster or ring client, only those of node clients created afterwards.
 func Install(client redis.UniversalClient) {
-	client.AddHook(&connGuard{paths: map[string]*path{}})
+	g := &connGuard{paths: map[string]*path{}}
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		c.OnNewNode(func(n *redis.Client) { n.AddHook(g) })
+	case *redis.Ring:
+		c.OnNewNode(func(n *redis.Client) { n.AddHook(g) })
+	default:
+		client.AddHook(g)
+	}
 }
 
 func (g *connGuard) path(addr string) *path {
