@@ -92,14 +92,15 @@
 // # Throughput and ordering
 //
 // A subscription has up to Config.Window messages in flight, and up to Window more in the
-// client's pull buffer (one MessagesContext, one inbox for all its pull requests: with a new
-// inbox per Fetch, NATS 2.9.10 was seen sending a redelivery to a request the client had
-// just closed, then delivering it 1 s later with NumDelivered back at 1). The Watermill
-// router handles them concurrently; Window 1 handles a subscription's messages one at a time
-// in stream order, retries excepted, but on NATS 2.9.10 it was seen to stall for a pull
-// request's expiry now and then (the subscription pulls with a 5 s expiry to bound that; see
-// README.md). Acks are sent without waiting for the server's confirmation: delivery is at
-// least once.
+// client's pull buffer. The subscription sends its own pull requests on one inbox (a new one
+// after each reconnect) and counts them in one goroutine, so a backlog always has a request
+// open: nats.go v1.55.0's MessagesContext could skip the next request with a batch of one and
+// stall for a whole expiry (see README.md). One inbox, not one per Fetch: with a new inbox per
+// Fetch, NATS 2.9.10 was seen sending a redelivery to a request the client had just closed,
+// then delivering it 1 s later with NumDelivered back at 1. The Watermill router handles them
+// concurrently; Window 1 handles a subscription's messages one at a time in stream order,
+// retries excepted. Acks are sent without waiting for the server's confirmation: delivery is
+// at least once.
 //
 // # Crashes
 //
