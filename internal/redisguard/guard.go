@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -44,16 +46,15 @@ var errSilentPath = fmt.Errorf("redis connection dropped: another connection to 
 // timeouts with no request outstanding (a PubSub connection waiting for messages). A command
 // that is merely slow costs the idle connections a reconnect, nothing more.
 //
-// Known limits (review, not yet fixed): a *redis.ClusterClient or *redis.Ring dials through
-// its node clients, which do not inherit the client's hooks, so Install adds the guard to each
-// node client as it is created (OnNewNode); a node client created before Install (the client
-// was used before the adapter or store got it) stays unguarded; over TLS
-// go-redis's pool check cannot see a closed connection, so a condemned idle one still costs a
-// command one of its retries (errSilentPath) instead of being discarded unused; and a
-// connection that is reading without a request of its own outstanding (a PubSub connection of
-// the same client, or one part-way through a large reply) is condemned like an idle one, so a
-// PubSub subscriber on a shared client reconnects after another command's timeout and misses
-// what was published meanwhile.
+// A *redis.ClusterClient or *redis.Ring dials through its node clients, which do not run the
+// client's own hooks, so Install puts the guard on every node client instead (see Install).
+//
+// Known limits: over TLS go-redis's pool check cannot see a closed connection, so a condemned
+// idle one still costs a command one of its retries (errSilentPath) instead of being discarded
+// unused; and a connection that is reading without a request of its own outstanding (a PubSub
+// connection of the same client, or one part-way through a large reply) is condemned like an
+// idle one, so a PubSub subscriber on a shared client reconnects after another command's
+// timeout and misses what was published meanwhile.
 type connGuard struct {
 	mu    sync.Mutex
 	paths map[string]*path
@@ -72,17 +73,93 @@ var guardEpoch = time.Now()
 
 func sinceEpoch() int64 { return int64(time.Since(guardEpoch)) }
 
-// Install adds the guard to client. Only connections dialled afterwards are guarded; on a
-// cluster or ring client, only those of node clients created afterwards.
+// installWalkTimeout bounds how long Install spends finding the node clients a cluster
+// client already has (ForEachShard reloads the cluster's slot map first).
+const installWalkTimeout = 2 * time.Second
+
+// Install adds the guard to client, once: a client that already carries a guard (Install ran
+// on it before, for another adapter or store sharing it) is left as it is. Connections dialled
+// from then on are guarded, not those already in the pool.
+//
+// A *redis.ClusterClient or *redis.Ring dials through its node clients, which never run the
+// client's own hooks, so the guard goes on each node client (one guard per cluster or ring
+// client, shared by its nodes, whose paths are per address anyway): on those created from
+// now on (OnNewNode), and on those the client already has, found with ForEachShard, which
+// for a cluster client first reloads the slot map (bounded by installWalkTimeout). A node
+// client is guarded once, however often Install runs and from whichever path it is found.
+// What the walk cannot see stays unguarded: on a cluster client, a node client that is in no
+// slot map the client can load within installWalkTimeout (a seed whose address the cluster
+// announces differently, a node that left, or any node when no node answers in time); on a
+// ring, a shard marked down at the time. Any other implementation of redis.UniversalClient
+// gets a guard through its own hooks on every call.
 func Install(client redis.UniversalClient) {
-	g := &connGuard{paths: map[string]*path{}}
 	switch c := client.(type) {
 	case *redis.ClusterClient:
-		c.OnNewNode(func(n *redis.Client) { n.AddHook(g) })
+		if !markGuarded(c) {
+			return
+		}
+		g := newConnGuard()
+		c.OnNewNode(g.addTo) // first, so that no node created during the walk is missed
+		ctx, cancel := context.WithTimeout(context.Background(), installWalkTimeout)
+		defer cancel()
+		_ = c.ForEachShard(ctx, func(_ context.Context, n *redis.Client) error { g.addTo(n); return nil })
 	case *redis.Ring:
-		c.OnNewNode(func(n *redis.Client) { n.AddHook(g) })
+		if !markGuarded(c) {
+			return
+		}
+		g := newConnGuard()
+		c.OnNewNode(g.addTo)
+		_ = c.ForEachShard(context.Background(), func(_ context.Context, n *redis.Client) error { g.addTo(n); return nil })
+	case *redis.Client:
+		newConnGuard().addTo(c)
 	default:
-		client.AddHook(g)
+		// Another implementation of the interface: its hooks are all there is to use, and
+		// nothing tells whether it carries a guard already.
+		client.AddHook(newConnGuard())
+	}
+}
+
+func newConnGuard() *connGuard { return &connGuard{paths: map[string]*path{}} }
+
+// addTo adds g to the node or plain client n unless n carries a guard already.
+func (g *connGuard) addTo(n *redis.Client) {
+	if markGuarded(n) {
+		n.AddHook(g)
+	}
+}
+
+// guarded holds a weak pointer to every client Install has put a guard on. It is process-wide
+// because the fact it records belongs to the go-redis client, which has no place to keep it
+// and no way to list its hooks, and several adapters and stores, each calling Install, may
+// share one client. A client that is garbage-collected leaves it (runtime.AddCleanup).
+var guarded sync.Map // weak.Pointer[T] -> struct{}
+
+// markGuarded records c as guarded and reports whether it was not before.
+func markGuarded[T any](c *T) bool {
+	k := weak.Make(c)
+	if _, loaded := guarded.LoadOrStore(k, struct{}{}); loaded {
+		return false
+	}
+	runtime.AddCleanup(c, func(k weak.Pointer[T]) { guarded.Delete(k) }, k)
+	return true
+}
+
+// Guards reports how many guards wrap the connection c, as a dial hook added to a client
+// before Install (so outside the guard) receives it: 1 on a guarded client, 0 on one without.
+// Tests use it to check that a client, or each node client of a cluster client, is guarded
+// exactly once.
+func Guards(c net.Conn) int {
+	n := 0
+	for {
+		switch gc := c.(type) {
+		case *guardedSysConn:
+			c = gc.guardedConn.Conn
+		case *guardedConn:
+			c = gc.Conn
+		default:
+			return n
+		}
+		n++
 	}
 }
 
