@@ -213,7 +213,10 @@ func (a *Adapter) DecodeAttempt(msg *message.Message) millrace.Attempt {
 }
 
 // Close ends every subscription, flushes pending acknowledgements and, if the adapter opened
-// the connection, closes it.
+// the connection, closes it. An acknowledgement Redis refuses transiently (CLUSTERDOWN while a
+// cluster fails over, a lost connection) is sent again until it goes through, so Close can
+// take up to 5 s longer than the subscriptions take to stop; acks still failing then are
+// dropped (logged) and their entries stay pending, recovered after MinIdle.
 func (a *Adapter) Close() error {
 	a.mu.Lock()
 	if a.closed {

@@ -202,11 +202,12 @@ func (h *countingDialHook) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 	return next
 }
 
-// TestClusterClientDialHooksNeverRun backs the package documentation's statement that the dial
-// hook New adds (the connection guard) does nothing on a cluster client: a dial hook added to a
-// *redis.ClusterClient, as New adds its own, sees none of the connections the client opens to
-// the nodes (go-redis's node clients dial without it), while the same hook on a node client
-// sees them. The adapter still works there: the hook is inert, not harmful.
+// TestClusterClientDialHooksNeverRun pins the go-redis behaviour that decides where the
+// connection guard must go on a cluster: a dial hook added to a *redis.ClusterClient sees none
+// of the connections the client opens to the nodes (go-redis's node clients dial without the
+// cluster client's hooks), while the same hook on a node client sees them. This is why
+// redisguard.Install puts the guard on every node client (ForEachShard and OnNewNode) rather
+// than on the cluster client; TestGuardCluster* check that it lands there once.
 func TestClusterClientDialHooksNeverRun(t *testing.T) {
 	c := testClusterClient(t)
 	onCluster := &countingDialHook{}
@@ -241,7 +242,7 @@ func TestClusterClientDialHooksNeverRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := onCluster.dials.Load(); n != 0 {
-		t.Errorf("a dial hook on the cluster client saw %d dials: the connection guard may now work on a cluster; update the documentation", n)
+		t.Errorf("a dial hook on the cluster client saw %d dials: go-redis now runs the cluster client's dial hooks for node connections, so redisguard.Install may guard them twice (cluster client and node clients); revisit Install and the package documentation", n)
 	}
 	if onNodes.dials.Load() == 0 {
 		t.Errorf("the node clients dialled nothing after their hook was added; the test proves nothing")
