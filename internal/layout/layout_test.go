@@ -41,8 +41,9 @@ var clients = []struct{ prefix, owner string }{
 // allowed are the folders (with everything under them) that may import a client module
 // besides its owner, and why.
 var allowed = map[string][]string{
-	// The idempotency store keeps its keys in Redis; redisguard guards its go-redis client.
-	"github.com/redis/go-redis": {"idempotency", "internal/redisguard"},
+	// The idempotency store keeps its keys in Redis; redisguard guards its go-redis client;
+	// redisretry classifies go-redis's failures for both Redis users.
+	"github.com/redis/go-redis": {"idempotency", "internal/redisguard", "internal/redisretry"},
 }
 
 // pgx is the table store's client. Non-test code imports it only in the table store and the

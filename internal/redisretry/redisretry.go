@@ -1,0 +1,183 @@
+// Package redisretry decides which failed go-redis calls may be sent again, and sends them
+// again: the rule the Redis Streams adapter (adapters/redisstream) and the idempotency store's
+// RedisStore share.
+//
+// Three questions, from the weakest claim to the strongest:
+//
+//   - Transient: may the call succeed if sent again later? A transient reply, or any failure
+//     to talk to the server (a lost or refused connection, a timeout). Only for commands that
+//     may run twice with no harm (XACK).
+//   - NotRun: did the try that returned the error surely not run? A transient reply (the server
+//     refused it: TransientReply), a connection that could not be opened (a refused or failed
+//     dial), or an exhausted pool. go-redis returns only its last try's error, and it retries by
+//     itself (Options.MaxRetries, ClusterOptions.MaxRedirects): an earlier try may have been
+//     written and run, its reply lost (EOF), before a later try met a refused dial. So NotRun
+//     is enough only for a command whose repeat is harmless by construction (an owner-checked
+//     script that writes nothing the second time, SET NX of a unique owner that the caller
+//     recognises as its own).
+//   - NotSent: did no try run at all? NotRun, and the command was sent with go-redis's own
+//     retries off: a command wrapped by Once (go-redis then follows only redirections and
+//     READONLY, which are themselves replies of commands that did not run, and retries only
+//     dials), or any command on a client whose retries are all disabled (ClientRetries false).
+//     That is what a command that is not idempotent (XADD) needs before it is sent again.
+package redisretry
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TransientReply reports whether err is (or wraps) a server reply on client c that says "not
+// now" for a command the server did not execute, so that the same command sent later may
+// succeed: the cluster is down or a slot is not served (CLUSTERDOWN), a multi-key command met a
+// slot being migrated (TRYAGAIN), the server is loading its data set (LOADING), a replica lost
+// its master (MASTERDOWN), a write reached a replica after a failover (READONLY), a write lacks
+// its min-replicas (NOREPLICAS), or the server has no room for the connection (ERR max number of
+// clients reached).
+//
+// A redirection (MOVED, ASK) is transient only on a *redis.ClusterClient: go-redis follows
+// them up to ClusterOptions.MaxRedirects times, reloads its slot map, and a later try goes to
+// the new owner. Any other client (a plain redis.NewClient aimed at one cluster node) can never
+// follow one, and would get the same MOVED forever: there the reply is final.
+//
+// go-redis retries the same replies itself, but only a few times (MaxRetries, MaxRedirects: 3
+// by default, with backoffs from 8-10 ms) and, in a cluster pipeline, only when a node's first
+// command failed: a cluster in state fail (2 x cluster-node-timeout at least) outlasts that.
+//
+// Every other reply is final: WRONGTYPE, CROSSSLOT, NOGROUP, BUSYGROUP, OOM, NOPERM, BUSY, ERR
+// syntax and script errors, and NOSCRIPT (go-redis's Script.Run already falls back to EVAL).
+func TransientReply(c redis.UniversalClient, err error) bool {
+	if err == nil {
+		return false
+	}
+	if _, ok := redis.IsMovedError(err); ok {
+		return isCluster(c)
+	}
+	if _, ok := redis.IsAskError(err); ok {
+		return isCluster(c)
+	}
+	return redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsLoadingError(err) ||
+		redis.IsMasterDownError(err) || redis.IsReadOnlyError(err) || redis.IsNoReplicasError(err) ||
+		redis.IsMaxClientsError(err)
+}
+
+func isCluster(c redis.UniversalClient) bool {
+	_, ok := c.(*redis.ClusterClient)
+	return ok
+}
+
+// NotRun reports whether the try of a command on c that returned err surely did not run: a
+// transient reply (TransientReply), a connection that could not be opened (a refused or failed
+// dial) or an exhausted pool (redis.ErrPoolTimeout). It says nothing of go-redis's earlier
+// tries of the same call (see NotSent).
+func NotRun(c redis.UniversalClient, err error) bool {
+	if TransientReply(c, err) || errors.Is(err, redis.ErrPoolTimeout) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// NotSent reports whether a command on c that returned err surely did not run in any of the
+// tries go-redis made: NotRun, and c makes no tries of its own (ClientRetries false). For a
+// command wrapped by Once, NotRun alone says so (go-redis does not retry it).
+func NotSent(c redis.UniversalClient, err error) bool {
+	return NotRun(c, err) && !ClientRetries(c)
+}
+
+// ClientRetries reports whether go-redis may send a failed command again by itself on c, so
+// that the error it returns is only its last try's: a *redis.Client with MaxRetries >= 0 in its
+// options (0 means the default, 3; -1 disables them), a *redis.ClusterClient with
+// MaxRedirects >= 0 (default 3; -1: no retries, and no redirection followed by go-redis) or
+// with MaxRetries > 0 for its node clients (default: none), and any other client (a Ring, a
+// wrapper: assumed to retry).
+func ClientRetries(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().MaxRetries > 0 // normalized: -1 became 0, 0 became 3
+	case *redis.ClusterClient:
+		o := c.Options() // normalized: MaxRedirects -1 became 0; MaxRetries 0 became -1
+		return o.MaxRedirects > 0 || o.MaxRetries > 0
+	}
+	return true
+}
+
+// Transient reports whether a failed call on c may succeed if sent again later: a transient
+// reply (TransientReply) or a failure to talk to the server at all (a refused or lost
+// connection, a timeout, an exhausted pool). It is false for nil, redis.Nil, any other server
+// reply, a closed client (redis.ErrClosed) and a cancelled or expired context (the caller is
+// giving up). A network failure leaves unknown whether the command ran: retry on Transient
+// only a command that may run twice (XACK).
+func Transient(c redis.UniversalClient, err error) bool {
+	switch {
+	case err == nil, errors.Is(err, redis.Nil), errors.Is(err, redis.ErrClosed),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false
+	case TransientReply(c, err):
+		return true
+	}
+	var reply redis.Error
+	return !errors.As(err, &reply)
+}
+
+// once is a command go-redis does not send again by itself (Cmder.NoRetry): after a failure
+// that may have left it run (a lost connection, a timeout) go-redis returns that failure, and
+// it tries again only what surely did not run (a refused dial, a redirection, READONLY).
+type once struct{ *redis.StringCmd }
+
+// NoRetry tells go-redis not to send the command again after a failure.
+func (once) NoRetry() bool { return true }
+
+// Once wraps cmd so that go-redis makes no retry of it that could run it twice: process the
+// result (client.Process, pipe.Process) and read cmd. Its error then satisfies NotSent exactly
+// when it satisfies NotRun, whatever the client's MaxRetries.
+func Once(cmd *redis.StringCmd) redis.Cmder { return once{cmd} }
+
+// Loop is a retry loop: Do calls a function until it succeeds or fails in a way its caller
+// does not retry, pausing between tries (First, doubling up to Max) and stopping with the last
+// error once the context ends, Stop is closed, or the next try would start more than Limit
+// after the first (Limit <= 0: no limit).
+type Loop struct {
+	First, Max time.Duration
+	Limit      time.Duration
+	Stop       <-chan struct{} // nil: never
+	// OnRetry, when set, is called with the first failure that is tried again (once per Do).
+	OnRetry func(err error)
+}
+
+// Do calls fn until it returns nil or an error that retry rejects, as Loop says. fn runs at
+// least once.
+func (l Loop) Do(ctx context.Context, retry func(error) bool, fn func() error) error {
+	var deadline time.Time
+	if l.Limit > 0 {
+		deadline = time.Now().Add(l.Limit)
+	}
+	pause := l.First
+	for try := 1; ; try++ {
+		err := fn()
+		if err == nil || !retry(err) || ctx.Err() != nil {
+			return err
+		}
+		if !deadline.IsZero() && time.Now().Add(pause).After(deadline) {
+			return err
+		}
+		if try == 1 && l.OnRetry != nil {
+			l.OnRetry(err)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-l.Stop:
+			t.Stop()
+			return err
+		}
+		pause = min(2*pause, l.Max)
+	}
+}
