@@ -28,7 +28,8 @@ type Backoff interface {
 // [MinDelay(n), MaxDelay(n)]. RetryPolicy uses MinDelay for the retry window (the idempotency
 // lease must be shorter) and the delay tiers, and MaxDelay for the longest delay an adapter
 // must wait; adapters with fixed delay tiers refuse a backoff whose two bounds differ.
-// RetryPolicy.Delay keeps every delay within the bounds.
+// RetryPolicy.Delay keeps every delay within the bounds. Fixed and Delays implement it too,
+// with both bounds equal to their delay; Exponential's bounds differ when Jitter > 0.
 type JitteredBackoff interface {
 	Backoff
 	// MinDelay returns the shortest delay Delay(n) can return.
@@ -94,22 +95,18 @@ func delayBounds(b Backoff, n int) (lo, hi time.Duration) {
 	return d, d
 }
 
-// addSaturating adds two non-negative durations, saturating at the longest Duration.
-func addSaturating(a, b time.Duration) time.Duration {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
-}
-
 // Fixed waits the same delay before every retry. The field report's Kafka setup uses Fixed(60s).
 type Fixed time.Duration
 
 // Delay returns the fixed delay.
 func (f Fixed) Delay(int) time.Duration { return time.Duration(f) }
 
-// MinDelay returns the fixed delay.
+// MinDelay returns the fixed delay. With MaxDelay it makes Fixed a JitteredBackoff whose two
+// bounds are the delay itself, so code written against JitteredBackoff takes a Fixed as it is.
 func (f Fixed) MinDelay(int) time.Duration { return time.Duration(f) }
+
+// MaxDelay returns the fixed delay (see MinDelay).
+func (f Fixed) MaxDelay(int) time.Duration { return time.Duration(f) }
 
 // Validate refuses a negative delay. As for every BackoffValidator, the error's Field is
 // relative to the backoff ("": the backoff itself); RetryPolicy.Validate places it.
@@ -131,8 +128,13 @@ func (d Delays) Delay(n int) time.Duration {
 	return d[min(max(n, 1), len(d))-1]
 }
 
-// MinDelay returns the listed delay for retry n.
+// MinDelay returns the listed delay for retry n. With MaxDelay it makes Delays a
+// JitteredBackoff whose two bounds are the listed delay, so code written against
+// JitteredBackoff takes a Delays as it is.
 func (d Delays) MinDelay(n int) time.Duration { return d.Delay(n) }
+
+// MaxDelay returns the listed delay for retry n (see MinDelay).
+func (d Delays) MaxDelay(n int) time.Duration { return d.Delay(n) }
 
 // Validate refuses an empty list and a negative element (Field "[i]", relative to the
 // backoff).
@@ -227,5 +229,7 @@ var (
 	_ BackoffValidator           = Exponential{}
 	_ BackoffCapabilityValidator = Exponential{}
 	_ BackoffValidator           = Fixed(0)
+	_ JitteredBackoff            = Fixed(0)
 	_ BackoffValidator           = Delays(nil)
+	_ JitteredBackoff            = Delays(nil)
 )

@@ -251,3 +251,29 @@ func TestBuiltinErrorsUnchanged(t *testing.T) {
 		}
 	}
 }
+
+// TestFixedAndDelaysDeclareBothBounds: Fixed and Delays export MinDelay and MaxDelay, both
+// their delay, so they are JitteredBackoffs with equal bounds: code written against
+// JitteredBackoff takes them as they are, tiered adapters still accept them, and a window
+// or longest delay summed over a century-long Fixed saturates instead of wrapping.
+func TestFixedAndDelaysDeclareBothBounds(t *testing.T) {
+	for _, b := range []millrace.Backoff{millrace.Fixed(3 * time.Second), millrace.Delays{time.Second, 5 * time.Second}} {
+		j, ok := b.(millrace.JitteredBackoff)
+		if !ok {
+			t.Fatalf("%T is not a JitteredBackoff", b)
+		}
+		for n := 1; n <= 3; n++ {
+			if lo, hi, d := j.MinDelay(n), j.MaxDelay(n), b.Delay(n); lo != d || hi != d {
+				t.Errorf("%T: MinDelay(%d) %s, MaxDelay(%d) %s, Delay(%d) %s: want all equal", b, n, lo, n, hi, n, d)
+			}
+		}
+		p := millrace.RetryPolicy{MaxAttempts: 3, Backoff: b}
+		if err := p.ValidateFor(millrace.Capabilities{Broker: "kafka", MaxTiers: 3, MaxDelay: time.Hour}); err != nil {
+			t.Errorf("%T refused by a tiered adapter: %v", b, err)
+		}
+	}
+	century := millrace.RetryPolicy{MaxAttempts: 5, Backoff: millrace.Fixed(100 * 365 * 24 * time.Hour)}
+	if w := century.Window(); w != math.MaxInt64 {
+		t.Errorf("Window of 4 century-long retries = %d, want saturated at %d", w, int64(math.MaxInt64))
+	}
+}

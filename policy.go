@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/millrace/millrace/internal/satmath"
 )
 
 // RetryPolicy bounds the retries of one handler.
@@ -89,7 +91,7 @@ func (p RetryPolicy) Window() time.Duration {
 	var w time.Duration
 	for n := 1; n < p.MaxAttempts && p.Backoff != nil; n++ {
 		lo, _ := p.DelayRange(n)
-		w = addSaturating(w, lo)
+		w = satmath.Add(w, lo)
 	}
 	return w
 }

@@ -3,10 +3,10 @@ package plan
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/internal/satmath"
 )
 
 // Duration is a time.Duration that JSON writes as Go duration text ("1m0s").
@@ -53,27 +53,14 @@ func PolicySteps(p millrace.RetryPolicy) []Step {
 func GiveUp(attempts int, steps []Step, budget time.Duration) Range {
 	var r Range
 	for _, s := range steps {
-		r.Min = addSaturating(r.Min, s.Min)
-		r.Max = addSaturating(r.Max, s.Max)
+		r.Min = Duration(satmath.Add(time.Duration(r.Min), time.Duration(s.Min)))
+		r.Max = Duration(satmath.Add(time.Duration(r.Max), time.Duration(s.Max)))
 	}
 	if budget > 0 && attempts > 0 {
-		held := Duration(math.MaxInt64)
-		if budget <= math.MaxInt64/time.Duration(attempts) {
-			held = Duration(time.Duration(attempts) * budget)
-		}
-		r.Max = addSaturating(r.Max, held)
+		r.Max = Duration(satmath.Add(time.Duration(r.Max), satmath.Mul(attempts, budget)))
 	}
 	r.Unbounded = budget <= 0
 	return r
-}
-
-// addSaturating adds two durations that are not negative, saturating at the longest Duration.
-func addSaturating(a, b Duration) Duration {
-	a, b = max(a, 0), max(b, 0)
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
 }
 
 // MapSteps applies a broker's own delay rounding to every wait of steps: f is the delay the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/internal/satmath"
 )
 
 const (
@@ -165,23 +165,8 @@ func (a *Adapter) queueAttribute(ctx context.Context, url, attr string) (string,
 // delay at its longest, and every attempt holding the message for the visibility timeout. It
 // saturates at the longest Duration instead of overflowing (many attempts of long delays).
 func retentionNeeded(p millrace.RetryPolicy, visibility time.Duration) time.Duration {
-	n := time.Duration(p.MaxAttempts)
-	delays, held := timesSaturating(n-1, p.MaxDelay()), timesSaturating(n, visibility)
-	if delays > math.MaxInt64-held {
-		return math.MaxInt64
-	}
-	return delays + held
-}
-
-// timesSaturating returns n x d for n, d >= 0, saturating at the longest Duration.
-func timesSaturating(n, d time.Duration) time.Duration {
-	if n <= 0 || d <= 0 {
-		return 0
-	}
-	if d > math.MaxInt64/n {
-		return math.MaxInt64
-	}
-	return n * d
+	n := p.MaxAttempts
+	return satmath.Add(satmath.Mul(n-1, p.MaxDelay()), satmath.Mul(n, visibility))
 }
 
 // checkRetention refuses a policy whose messages could outlive SQS's longest retention
