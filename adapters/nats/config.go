@@ -19,7 +19,11 @@ const (
 	DefaultAckWait          = 30 * time.Second
 	DefaultProcessingBudget = 12 * time.Second
 	DefaultWindow           = 64
-	DefaultNackDelay        = time.Second
+	// MaxWindow is the largest Config.Window: a subscription allocates buffers in proportion
+	// to it (its slots, its queue, the inbox's pending limit of 2 × Window + 64 messages), and
+	// a pull request asks for up to Window messages at once.
+	MaxWindow        = 4096
+	DefaultNackDelay = time.Second
 	// DefaultPingInterval is how often a connection the adapter dials pings the server; two
 	// unanswered pings mark it dead and nats.go reconnects (a silent connection is found
 	// within about three intervals).
@@ -76,7 +80,9 @@ type Config struct {
 	// Window is how many messages one subscription has in flight (handed out, not yet acked,
 	// nacked or scheduled for retry); the client buffers up to Window more, whose AckWait
 	// runs while they wait (see the type's documentation). Default 64; 1 handles a
-	// subscription's messages one at a time in stream order (retries excepted).
+	// subscription's messages one at a time in stream order (retries excepted). At most
+	// MaxWindow (4096), and at most the consumer's max_request_batch when one is set (Subscribe
+	// refuses a larger Window).
 	Window int
 	// NackDelay is how long JetStream waits before it redelivers a message nacked without a
 	// scheduled retry (the retry or dead-letter write failed, or a plain Watermill handler
@@ -122,6 +128,8 @@ func (c Config) Validate() error {
 		return configError("MaxAckPending", strconv.Itoa(c.MaxAckPending), "must be -1 (no bound), 0 (the default, -1) or positive")
 	case c.Window < 0:
 		return configError("Window", strconv.Itoa(c.Window), "must not be negative (0 means "+strconv.Itoa(DefaultWindow)+")")
+	case c.Window > MaxWindow:
+		return configError("Window", strconv.Itoa(c.Window), "must be at most "+strconv.Itoa(MaxWindow)+" (MaxWindow): a subscription buffers up to 2 x Window messages")
 	case c.NackDelay < 0:
 		return configError("NackDelay", c.NackDelay.String(), "must not be negative (0 means "+DefaultNackDelay.String()+")")
 	case c.PingInterval < 0:

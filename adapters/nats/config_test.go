@@ -2,6 +2,7 @@ package nats
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,9 @@ func TestConfigValidate(t *testing.T) {
 	ok := Config{Durable: "d"}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("minimal config: %v", err)
+	}
+	if err := (Config{Durable: "d", Window: MaxWindow}).Validate(); err != nil {
+		t.Fatalf("Window = MaxWindow: %v", err)
 	}
 	cases := []struct {
 		name string
@@ -31,6 +35,9 @@ func TestConfigValidate(t *testing.T) {
 		{"max deliver -2", func(c *Config) { c.MaxDeliver = -2 }, "nats.Config.MaxDeliver = -2"},
 		{"max ack pending -2", func(c *Config) { c.MaxAckPending = -2 }, "nats.Config.MaxAckPending = -2"},
 		{"negative window", func(c *Config) { c.Window = -1 }, "nats.Config.Window = -1: must not be negative"},
+		{"window above MaxWindow", func(c *Config) { c.Window = MaxWindow + 1 }, "nats.Config.Window = 4097: must be at most 4096 (MaxWindow)"},
+		{"window 1<<40", func(c *Config) { c.Window = 1 << 40 }, "nats.Config.Window = 1099511627776: must be at most 4096"},
+		{"window max int", func(c *Config) { c.Window = math.MaxInt }, "nats.Config.Window = 9223372036854775807: must be at most 4096"},
 		{"negative nack delay", func(c *Config) { c.NackDelay = -time.Second }, "nats.Config.NackDelay = -1s"},
 		{"negative ping interval", func(c *Config) { c.PingInterval = -time.Second }, "nats.Config.PingInterval = -1s"},
 	}

@@ -1,11 +1,14 @@
 package nats
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,4 +100,27 @@ func (a *Adapter) knownSubjects() []string {
 func uniqueSubject(tb testing.TB) string {
 	name := strings.NewReplacer("/", "-", " ", "-", ".", "-").Replace(tb.Name())
 	return fmt.Sprintf("millrace-test.%s.%08x", strings.ToLower(name), rand.Uint32())
+}
+
+// logBuf is a log destination safe for concurrent writes, for tests that read the logs.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// bufLogger logs at Debug and above to buf and to the test's output.
+func bufLogger(tb testing.TB, buf *logBuf) *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.MultiWriter(buf, tb.Output()), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

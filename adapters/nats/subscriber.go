@@ -1,10 +1,13 @@
 package nats
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +21,9 @@ import (
 
 // fetchRetrySleep is the pause after a failed pull request or consumer lookup.
 const fetchRetrySleep = 250 * time.Millisecond
+
+// consumerTimeout bounds the re-creation of a consumer the server said is gone.
+const consumerTimeout = 5 * time.Second
 
 // pullExpiry is how long one pull request of a subscription waits on the server for messages,
 // and pullHeartbeat the idle heartbeat the server sends on an open request meanwhile (NATS 2.9
@@ -82,6 +88,33 @@ type subscriber struct {
 	closed  bool
 	closing chan struct{}
 	wg      sync.WaitGroup
+	pulls   map[string]*pullState // topic: the latest subscription's pull state (read by tests)
+}
+
+// pullState is what tests read of a subscription's pull loop.
+type pullState struct {
+	inbox     atomic.Pointer[string] // the current pull inbox
+	maxQueued atomic.Int64           // the longest the queue has been
+}
+
+func (s *subscriber) pullState(topic string) *pullState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pulls == nil {
+		s.pulls = map[string]*pullState{}
+	}
+	if s.pulls[topic] == nil {
+		s.pulls[topic] = &pullState{}
+	}
+	return s.pulls[topic]
+}
+
+// inbox is the current pull inbox of topic's latest subscription, "" before it has one.
+func (s *subscriber) inbox(topic string) string {
+	if p := s.pullState(topic).inbox.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // Subscribe starts a subscription of topic; its channel closes when ctx ends or the
@@ -95,6 +128,9 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	s.wg.Add(1)
 	s.mu.Unlock()
 	cons, err := s.a.ensureConsumer(ctx, topic)
+	if err == nil {
+		err = s.a.checkRequestBatch(cons)
+	}
 	if err != nil {
 		s.wg.Done()
 		return nil, err
@@ -119,14 +155,28 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	return out, nil
 }
 
+// checkRequestBatch refuses a Window above the consumer's max_request_batch: the server
+// would refuse every pull request (409 Exceeded MaxRequestBatch).
+func (a *Adapter) checkRequestBatch(cons jetstream.Consumer) error {
+	info := cons.CachedInfo()
+	if mrb := info.Config.MaxRequestBatch; mrb > 0 && a.cfg.Window > mrb {
+		return &millrace.ConfigError{Field: "nats.Config.Window", Value: strconv.Itoa(a.cfg.Window), Limit: true,
+			Rule: "must not exceed the max_request_batch (" + strconv.Itoa(mrb) + ") of consumer " + info.Name + " on stream " + info.Stream + ": JetStream refuses a pull request for more"}
+	}
+	return nil
+}
+
 // run hands out messages until ctx ends, then waits for the settlements.
 //
-// It pulls on one inbox of its own, a new one after each reconnect (a message the server sends
-// to a pull request that is just expiring still reaches it), and keeps the pull accounting in
-// this one goroutine: asked is how many messages its open pull requests may still deliver,
-// queue what arrived and waits for a free slot (at most Config.Window in flight). Whenever
-// asked plus the queue falls below half of the window, it asks for the rest of the window, in
-// the same step that saw the drop, so a subscription with a backlog always has a request open.
+// It pulls on an inbox of its own and keeps the pull accounting (pullCounter) in this one
+// goroutine: the counter says how many messages the open requests on the current inbox may
+// still deliver; queue holds what arrived and waits for a free slot (at most Config.Window in
+// flight). Whenever the open requests plus the queue fall below half of the window, it asks
+// for the rest of the window, in the same step that saw the drop, so a subscription with a
+// backlog always has a request open. The queue never holds more than Window: a delivery
+// beyond that (from requests of before a reset, which still deliver on their old inbox) is
+// given back at once (Nak), so a queued message waits at most one budget for a slot, as
+// Config.Validate assumes.
 //
 // nats.go's MessagesContext (v1.55.0), which it replaces, makes the same decision in Next but
 // skips it while its pull goroutine has not yet marked the previous request sent
@@ -145,9 +195,9 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 		close(out)
 	}()
 
-	// Every inbox's subscription hands its messages to this loop. asked bounds what the server
-	// sends, so arrivals rarely fills; when it does, nats.go holds the rest.
-	arrivals := make(chan *nats.Msg, 2*cfg.Window+16)
+	// Every inbox's subscription hands its messages to this loop, which always reads them (it
+	// gives back what exceeds the queue's bound); nats.go holds the rest meanwhile.
+	arrivals := make(chan *nats.Msg, satAdd(cfg.Window, 16))
 	stopped := make(chan struct{})
 	deliver := func(m *nats.Msg) {
 		select {
@@ -155,6 +205,14 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 		case <-stopped:
 		}
 	}
+	count := newPullCounter(cfg.Window, info.Stream, info.Name)
+	state := &pullState{}
+	s.mu.Lock()
+	if s.pulls == nil {
+		s.pulls = map[string]*pullState{}
+	}
+	s.pulls[topic] = state
+	s.mu.Unlock()
 	var inbox string
 	var sub *nats.Subscription
 	subscribe := func() error {
@@ -163,14 +221,15 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 		if err != nil {
 			return err
 		}
-		// What the server sends beyond what was asked for (requests of before a reset of asked)
-		// waits in nats.go up to this bound, then is dropped as a slow consumer's and
-		// redelivered after AckWait.
-		if err := sb.SetPendingLimits(2*cfg.Window+64, nats.DefaultSubPendingBytesLimit); err != nil {
+		// What the server sends beyond what was asked for waits in nats.go up to this bound,
+		// then is dropped as a slow consumer's and redelivered after AckWait.
+		if err := sb.SetPendingLimits(satAdd(satMul(2, cfg.Window), 64), nats.DefaultSubPendingBytesLimit); err != nil {
 			_ = sb.Unsubscribe()
 			return err
 		}
 		inbox, sub = in, sb
+		count.reset(sb)
+		state.inbox.Store(&in)
 		return nil
 	}
 	for {
@@ -183,11 +242,13 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 			return
 		}
 	}
-	// After a reconnect the subscription pulls on a new inbox. The server may still hold the
+	// After a reset (a reconnect, the idle watchdog, a request refused without a count) the
+	// subscription pulls on a new inbox. After a reconnect the server may still hold the
 	// connection it had before (a connection that went silent stays open on its side until its
 	// own pings fail, minutes later) with a subscription to the old inbox: requests on that
 	// inbox would have their messages sent there, into nothing, whenever the live connection
-	// is down. The old inbox stays subscribed until its requests have expired.
+	// is down. The old inbox stays subscribed until its requests have expired; what it
+	// delivers meanwhile is handed out, but not counted (pullCounter).
 	type retiring struct {
 		sub   *nats.Subscription
 		until time.Time
@@ -196,6 +257,18 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 	retire := time.NewTimer(time.Hour)
 	retire.Stop()
 	defer retire.Stop()
+	newInbox := func(why string) {
+		prev := sub
+		if err := subscribe(); err != nil {
+			// Still pulling on the old inbox, from zero: what its earlier requests deliver is
+			// counted, and the queue's bound gives back what exceeds the window.
+			cfg.Logger.Warn("nats: subscribe to a new pull inbox failed; pulling on the old one", "topic", topic, "after", why, "error", err)
+			count.reset(sub)
+			return
+		}
+		old = append(old, retiring{sub: prev, until: time.Now().Add(pullExpiry + pullHeartbeat)})
+		retire.Reset(time.Until(old[0].until))
+	}
 	status := nc.StatusChanged(nats.RECONNECTING, nats.CONNECTED)
 	var queue []*nats.Msg
 	defer func() {
@@ -210,7 +283,7 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 		for {
 			select {
 			case m := <-arrivals:
-				if m.Reply != "" {
+				if k := count.arrive(m); k == arriveDelivery || k == arriveOldDelivery {
 					queue = append(queue, m)
 				}
 				continue
@@ -223,23 +296,18 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 		}
 	}()
 
-	refill := (cfg.Window + 1) / 2 // pull again below half of the window, as MessagesContext
-	// The queue holds at most Window normally (asked + queue <= Window when a request is
-	// sent); up to 2 x Window when requests sent before a reset of asked deliver too.
-	maxQueued := 2 * cfg.Window
-	asked := 0
 	var retry <-chan time.Time // after a failed request: no new one before it fires
 	idle := time.NewTimer(2 * pullHeartbeat)
 	defer idle.Stop()
 	connected := true
+	var forged, overflow int // messages dropped: not the consumer's; given back beyond the window
 	for {
-		if retry == nil && asked+len(queue) < refill {
-			n := cfg.Window - asked - len(queue)
+		if n := count.want(len(queue)); retry == nil && n > 0 {
 			if err := publishPull(nc, next, inbox, n); err != nil {
 				cfg.Logger.Warn("nats: pull request failed", "topic", topic, "error", err)
 				retry = time.After(fetchRetrySleep)
 			} else {
-				asked += n
+				count.sent(n)
 				idle.Reset(2 * pullHeartbeat)
 			}
 		}
@@ -247,30 +315,47 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 		if len(queue) > 0 {
 			free = slots
 		}
-		in := arrivals
-		if len(queue) >= maxQueued {
-			in = nil // bounded: the rest waits in arrivals and in nats.go (see subscribe)
-		}
 		select {
 		case <-ctx.Done():
 			return
-		case m := <-in:
-			idle.Reset(2 * pullHeartbeat)
-			code := m.Header.Get("Status")
-			if m.Reply != "" || code == "" || len(m.Data) > 0 { // a delivery (its reply is the ack subject)
-				asked = max(asked-1, 0)
+		case m := <-arrivals:
+			switch k := count.arrive(m); k {
+			case arriveDelivery, arriveOldDelivery:
+				if k == arriveDelivery {
+					idle.Reset(2 * pullHeartbeat)
+				}
+				if len(queue) >= cfg.Window {
+					// Requests of before a reset delivered too: beyond the window a message
+					// would wait more than one budget for a slot. JetStream delivers it again.
+					overflow++
+					_ = m.NakWithDelay(cfg.NackDelay)
+					cfg.Logger.Debug("nats: delivery beyond the window given back", "topic", topic, "given_back", overflow)
+					continue
+				}
 				queue = append(queue, m)
-				continue
-			}
-			switch left, ok := pendingLeft(m); {
-			case code == "100": // idle heartbeat
-			case ok: // a request ended (408 expired, 409 batch or size limit) with left undelivered
-				asked = max(asked-left, 0)
-			case code == "404": // no messages (only for no_wait requests, which are not sent)
-			default: // the server refused or dropped requests (409, 400, ...): pull anew
+				if n := int64(len(queue)); n > state.maxQueued.Load() {
+					state.maxQueued.Store(n)
+				}
+			case arriveForged:
+				forged++
+				cfg.Logger.Warn("nats: message on the pull inbox that is not a delivery of the subscription's consumer; dropped",
+					"topic", topic, "stream", info.Stream, "consumer", info.Name, "reply", m.Reply, "dropped", forged)
+			case arriveHeartbeat, arriveEnded, arriveNoMessages:
+				idle.Reset(2 * pullHeartbeat)
+			case arriveStale:
+			case arriveRefused:
+				if s.requestBatchRefused(ctx, topic, cons, m) {
+					return
+				}
 				cfg.Logger.Warn("nats: pull request ended by the server; pulling again", "topic", topic,
-					"status", code, "description", m.Header.Get("Description"))
-				asked = 0
+					"status", m.Header.Get("Status"), "description", m.Header.Get("Description"))
+				newInbox("a refused pull request")
+				retry = time.After(fetchRetrySleep)
+			case arriveConsumerGone:
+				if !s.consumerGone(ctx, topic, m) {
+					return
+				}
+				newInbox("the consumer was created again")
 				retry = time.After(fetchRetrySleep)
 			}
 		case free <- struct{}{}:
@@ -283,9 +368,9 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 				s.handOut(ctx, topic, &pulledMsg{m: m, nc: nc}, out)
 			}()
 		case <-idle.C:
-			if asked > 0 { // no message and no heartbeat for two heartbeats: the requests are gone
+			if count.open() { // no message and no heartbeat for two heartbeats: the requests are gone
 				cfg.Logger.Warn("nats: no heartbeat from the open pull requests; pulling again", "topic", topic)
-				asked = 0
+				newInbox("no heartbeat")
 			}
 			idle.Reset(2 * pullHeartbeat)
 		case st := <-status:
@@ -294,14 +379,7 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 				connected = false
 			case st == nats.CONNECTED && !connected: // requests sent before may be gone with the connection
 				connected = true
-				asked = 0
-				prev := sub
-				if err := subscribe(); err != nil {
-					cfg.Logger.Warn("nats: subscribe to a new pull inbox failed; pulling on the old one", "topic", topic, "error", err)
-					break
-				}
-				old = append(old, retiring{sub: prev, until: time.Now().Add(pullExpiry + pullHeartbeat)})
-				retire.Reset(time.Until(old[0].until))
+				newInbox("a reconnect")
 			}
 		case <-retire.C:
 			for len(old) > 0 && !old[0].until.After(time.Now()) {
@@ -315,6 +393,57 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 			retry = nil
 		}
 	}
+}
+
+// requestBatchRefused reports whether m refused a pull request for more than the consumer's
+// max_request_batch, set after Subscribe checked it: every request would be refused, so the
+// subscription ends, with an Error naming the limit.
+func (s *subscriber) requestBatchRefused(ctx context.Context, topic string, cons jetstream.Consumer, m *nats.Msg) bool {
+	if m.Header.Get("Status") != "409" || !strings.Contains(strings.ToLower(m.Header.Get("Description")), "exceeded maxrequestbatch") {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, consumerTimeout)
+	defer cancel()
+	if _, err := cons.Info(cctx); err != nil {
+		return false // pull again: the next refusal asks again
+	}
+	err := s.a.checkRequestBatch(cons)
+	if err == nil {
+		return false
+	}
+	s.a.cfg.Logger.Error("nats: the consumer's max_request_batch is below Window; the subscription ends", "topic", topic, "error", err)
+	return true
+}
+
+// consumerGone creates the subscription's durable consumer again after the server said it
+// is gone (m: 409 Consumer Deleted, or 503 No Responders to a pull request). It returns false
+// when the subscription must end: the server refused to create it (an Error is logged).
+// When the server could not be asked (no answer, JetStream unavailable) it logs and returns
+// true: the next pull request finds out again.
+//
+// A consumer created again delivers from the stream's first message (DeliverAll): what the
+// stream still holds is delivered again, acknowledged or not; nothing is skipped.
+func (s *subscriber) consumerGone(ctx context.Context, topic string, m *nats.Msg) bool {
+	log := s.a.cfg.Logger
+	log.Warn("nats: the durable consumer is gone; creating it again", "topic", topic, "durable", s.a.cfg.Durable,
+		"status", m.Header.Get("Status"), "description", m.Header.Get("Description"))
+	cctx, cancel := context.WithTimeout(ctx, consumerTimeout)
+	defer cancel()
+	_, err := s.a.ensureConsumer(cctx, topic)
+	if err == nil {
+		return true
+	}
+	if ctx.Err() != nil {
+		return true // the subscription ends anyway
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500 {
+		log.Error("nats: the durable consumer is gone and the server refused to create it again; the subscription ends",
+			"topic", topic, "durable", s.a.cfg.Durable, "error", err)
+		return false
+	}
+	log.Warn("nats: creating the durable consumer again failed; trying again", "topic", topic, "durable", s.a.cfg.Durable, "error", err)
+	return true
 }
 
 // pullRequest is the body of a JetStream pull request, with the fields NATS 2.9 knows.
@@ -334,34 +463,51 @@ func publishPull(nc *nats.Conn, next, inbox string, n int) error {
 	return nc.PublishRequest(next, inbox, body)
 }
 
-// pendingLeft reads how many messages a request the server ended still had to deliver
-// (Nats-Pending-Messages); ok is false when the status carries no such count.
-func pendingLeft(m *nats.Msg) (int, bool) {
-	v := m.Header.Get("Nats-Pending-Messages")
-	if v == "" {
-		return 0, false
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		return 0, false
-	}
-	return n, true
-}
-
-// pulledMsg is a delivery from the subscription's inbox as a jetstream.Msg. Its metadata and
-// acknowledgements are nats.go's (the JetStream methods of *nats.Msg: same reply-subject
-// parsing, same ack bodies as package jetstream).
+// pulledMsg is a delivery from the subscription's inbox as a jetstream.Msg, with package
+// jetstream's semantics (v1.55.0, jetstream/message.go): the same errors for a message
+// without a subscription or reply (ErrMsgNotBound, ErrMsgNoReply) or whose reply is not an ack
+// subject (ErrNotJSMessage), the same ack bodies, one settlement per message (a second Ack,
+// Nak or Term returns ErrMsgAlreadyAckd; InProgress may be sent many times), and DoubleAck
+// bounded by jetstream's default API timeout when ctx has no deadline.
 type pulledMsg struct {
-	m  *nats.Msg
-	nc *nats.Conn
+	m       *nats.Msg
+	nc      *nats.Conn
+	timeout time.Duration // DoubleAck's bound without a deadline; 0 means doubleAckTimeout
+
+	mu   sync.Mutex
+	ackd bool
 }
 
 var _ jetstream.Msg = (*pulledMsg)(nil)
 
+var (
+	ackAck      = []byte("+ACK")
+	ackNak      = []byte("-NAK")
+	ackProgress = []byte("+WPI")
+	ackTerm     = []byte("+TERM")
+)
+
+// doubleAckTimeout bounds DoubleAck with a context without deadline, as jetstream's default
+// API timeout (5 s, unexported) does.
+const doubleAckTimeout = 5 * time.Second
+
+func (p *pulledMsg) checkReply() error {
+	if p == nil || p.m == nil || p.m.Sub == nil {
+		return jetstream.ErrMsgNotBound
+	}
+	if p.m.Reply == "" {
+		return jetstream.ErrMsgNoReply
+	}
+	return nil
+}
+
 func (p *pulledMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	if err := p.checkReply(); err != nil {
+		return nil, err
+	}
 	md, err := p.m.Metadata()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", jetstream.ErrNotJSMessage, err)
+		return nil, fmt.Errorf("%w: %s", jetstream.ErrNotJSMessage, err)
 	}
 	return &jetstream.MsgMetadata{
 		Sequence:     jetstream.SequencePair{Consumer: md.Sequence.Consumer, Stream: md.Sequence.Stream},
@@ -374,20 +520,70 @@ func (p *pulledMsg) Metadata() (*jetstream.MsgMetadata, error) {
 	}, nil
 }
 
-func (p *pulledMsg) Data() []byte                        { return p.m.Data }
-func (p *pulledMsg) Headers() nats.Header                { return p.m.Header }
-func (p *pulledMsg) Subject() string                     { return p.m.Subject }
-func (p *pulledMsg) Reply() string                       { return p.m.Reply }
-func (p *pulledMsg) Ack() error                          { return p.m.Ack() }
-func (p *pulledMsg) DoubleAck(ctx context.Context) error { return p.m.AckSync(nats.Context(ctx)) }
-func (p *pulledMsg) Nak() error                          { return p.m.Nak() }
-func (p *pulledMsg) NakWithDelay(d time.Duration) error  { return p.m.NakWithDelay(d) }
-func (p *pulledMsg) InProgress() error                   { return p.m.InProgress() }
-func (p *pulledMsg) Term() error                         { return p.m.Term() }
+func (p *pulledMsg) Data() []byte         { return p.m.Data }
+func (p *pulledMsg) Headers() nats.Header { return p.m.Header }
+func (p *pulledMsg) Subject() string      { return p.m.Subject }
+func (p *pulledMsg) Reply() string        { return p.m.Reply }
+func (p *pulledMsg) Ack() error           { return p.ackReply(context.Background(), ackAck, false, 0, "") }
+func (p *pulledMsg) DoubleAck(ctx context.Context) error {
+	return p.ackReply(ctx, ackAck, true, 0, "")
+}
+func (p *pulledMsg) Nak() error { return p.ackReply(context.Background(), ackNak, false, 0, "") }
+func (p *pulledMsg) NakWithDelay(d time.Duration) error {
+	return p.ackReply(context.Background(), ackNak, false, d, "")
+}
+func (p *pulledMsg) InProgress() error {
+	return p.ackReply(context.Background(), ackProgress, false, 0, "")
+}
+func (p *pulledMsg) Term() error { return p.ackReply(context.Background(), ackTerm, false, 0, "") }
 
 // TermWithReason sends "+TERM <reason>" (NATS 2.10.4 and later; older servers ignore it).
 func (p *pulledMsg) TermWithReason(reason string) error {
-	return p.nc.Publish(p.m.Reply, []byte("+TERM "+reason))
+	return p.ackReply(context.Background(), ackTerm, false, 0, reason)
+}
+
+// ackReply is jetstream's jetStreamMsg.ackReply on the subscription's connection.
+func (p *pulledMsg) ackReply(ctx context.Context, kind []byte, sync bool, delay time.Duration, reason string) error {
+	if err := p.checkReply(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	done := p.ackd
+	p.mu.Unlock()
+	if done {
+		return jetstream.ErrMsgAlreadyAckd
+	}
+	body := kind
+	switch {
+	case delay > 0:
+		body = fmt.Appendf(nil, "%s {\"delay\": %d}", kind, delay.Nanoseconds())
+	case reason != "":
+		body = fmt.Appendf(nil, "%s %s", kind, reason)
+	}
+	var err error
+	if sync {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			timeout := p.timeout
+			if timeout <= 0 {
+				timeout = doubleAckTimeout
+			}
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		_, err = p.nc.RequestWithContext(ctx, p.m.Reply, body)
+	} else {
+		err = p.nc.Publish(p.m.Reply, body)
+	}
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(kind, ackProgress) {
+		p.mu.Lock()
+		p.ackd = true
+		p.mu.Unlock()
+	}
+	return nil
 }
 
 // handOut gives one delivery to the consumer and settles it as the consumer says.

@@ -54,6 +54,7 @@ func TestURLRefusals(t *testing.T) {
 		{"nats://h:4222?durable=d&windw=3", brokerurl.Options{}, "does not take windw; did you mean window?", brokerurl.ErrUnknownParameter},
 		{"nats://h:4222", brokerurl.Options{}, "needs parameter durable", brokerurl.ErrInvalidURL},
 		{"nats://h:4222?durable=d&window=x", brokerurl.Options{}, `parameter window="x"`, brokerurl.ErrInvalidURL},
+		{"nats://h:4222?durable=d&window=1099511627776", brokerurl.Options{}, `parameter window="1099511627776" (nats.Config.Window) must be at most 4096`, brokerurl.ErrInvalidURL},
 		{"nats://h:4222?durable=d&ack_wait=10s&processing_budget=10s", brokerurl.Options{}, `parameter processing_budget="10s" (nats.Config.ProcessingBudget) must be below half of AckWait (10s)`, brokerurl.ErrInvalidURL},
 		{"nats://h:4222?durable=a.b", brokerurl.Options{}, `parameter durable="a.b"`, brokerurl.ErrInvalidURL},
 		{"nats://h:4222?durable=d&max_deliver=1", brokerurl.Options{}, `parameter max_deliver="1"`, brokerurl.ErrInvalidURL},
