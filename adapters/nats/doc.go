@@ -91,16 +91,33 @@
 //
 // # Throughput and ordering
 //
-// A subscription has up to Config.Window messages in flight, and up to Window more in the
-// client's pull buffer. The subscription sends its own pull requests on one inbox (a new one
-// after each reconnect) and counts them in one goroutine, so a backlog always has a request
-// open: nats.go v1.55.0's MessagesContext could skip the next request with a batch of one and
-// stall for a whole expiry (see README.md). One inbox, not one per Fetch: with a new inbox per
-// Fetch, NATS 2.9.10 was seen sending a redelivery to a request the client had just closed,
-// then delivering it 1 s later with NumDelivered back at 1. The Watermill router handles them
+// A subscription has up to Config.Window messages in flight (at most MaxWindow, 4096, and at
+// most the consumer's max_request_batch when one is set), and up to Window more queued in the
+// client. The subscription sends its own pull requests on an inbox of its own and counts them
+// in one goroutine (pullCounter), so a backlog always has a request open: nats.go v1.55.0's
+// MessagesContext could skip the next request with a batch of one and stall for a whole
+// expiry (see README.md). Only the current inbox counts: after a reset (a reconnect, two
+// missed heartbeats, a request the server refused without saying how many it left) the
+// subscription pulls on a new inbox, and what requests of before the reset still deliver on
+// the old one (kept until they have expired) is handed out but not counted, so it never
+// makes the subscription ask again while a request is open. A delivery that would queue
+// beyond Window (requests of before a reset delivering as well) is given back at once
+// (NakWithDelay(Config.NackDelay)), so a queued message waits at most one budget for a slot.
+// A message on the inbox that is not a delivery of the subscription's consumer (its reply is
+// not that consumer's ack subject) is dropped with a warning: settling it would settle another
+// consumer's delivery. One inbox at a time, not one per Fetch: with a new inbox per Fetch,
+// NATS 2.9.10 was seen sending a redelivery to a request the client had just closed, then
+// delivering it 1 s later with NumDelivered back at 1. The Watermill router handles them
 // concurrently; Window 1 handles a subscription's messages one at a time in stream order,
 // retries excepted. Acks are sent without waiting for the server's confirmation: delivery is
 // at least once.
+//
+// When the durable consumer is deleted under a running subscription (409 Consumer Deleted, or
+// 503 No Responders to a pull request), the subscription creates it again and carries on; a
+// consumer created again delivers from the stream's first message, so what the stream still
+// holds is delivered again. If the server refuses to create it (the stream is gone, say) the
+// subscription ends with an Error log. A consumer whose max_request_batch is set below Window
+// after Subscribe ends the subscription the same way (its every pull request would be refused).
 //
 // # Crashes
 //
