@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/millrace/millrace/internal/redisguard"
+	"github.com/millrace/millrace/internal/redisretry"
 )
 
 // RedisStore is the Store of the field report on Redis (go-redis v9). Claim is one SET NX PX
@@ -18,12 +18,26 @@ import (
 // The happy path of a message is therefore two round trips. Create it with NewRedisStore.
 //
 // A command the server refuses with a transient reply (CLUSTERDOWN, TRYAGAIN, LOADING,
-// MASTERDOWN, READONLY, a redirection go-redis stopped following: a Redis Cluster failover), or
-// one whose connection could not be opened (a refused dial), did not run, and is sent again,
-// with pauses from 20 ms doubling up to 500 ms, until the call's context ends or for at most
-// DefaultStoreTimeout; only then does the call return that error (which the middleware turns
-// into ErrStoreUnavailable, or runs fail-open). Every other error is returned at once, as
-// before, a connection lost with the command on it included (the command may have run).
+// MASTERDOWN, READONLY, a redirection a cluster client stopped following: a Redis Cluster
+// failover), or one whose connection could not be opened (a refused dial), did not run, and is
+// sent again, with pauses from 20 ms doubling up to 500 ms, until the call's context ends or
+// for at most DefaultStoreTimeout; only then does the call return that error (which the
+// middleware turns into ErrStoreUnavailable, or runs fail-open). The rule is
+// internal/redisretry's, shared with the Redis Streams adapter:
+//
+//   - Claim's SET NX and ClaimBatch's are sent with go-redis's own retries off for them
+//     (redisretry.Once), and sent again after any failure to reach the server, a lost reply
+//     included: when a try that may have run is followed by a held lease whose value is this
+//     call's owner, the lease is this call's own SET (Acquired), not another claim (Busy).
+//   - Complete and Release (owner-checked scripts that must not run twice: the second run
+//     would report ErrLeaseLost for the lease the first one completed or released) are also
+//     sent with go-redis's retries off, and sent again only when no try ran; a connection
+//     lost with one on it returns that error.
+//   - MarkSent (a set insertion), WasSent and Claim's GET may run twice: they are sent again
+//     after any failure to reach the server too.
+//
+// A plain client aimed at one node of a cluster gets MOVED for a key of another node: that is
+// final there (the client cannot follow it) and returned at once.
 type RedisStore struct {
 	client  redis.UniversalClient
 	opts    StoreOptions
@@ -64,14 +78,6 @@ func millis(d time.Duration) string {
 	return strconv.FormatInt(int64(max(ms, 1)), 10)
 }
 
-// heldResult maps the value of a lease record that SET NX could not replace.
-func heldResult(v string) ClaimResult {
-	if v == DoneValue {
-		return Done
-	}
-	return Busy
-}
-
 // Claim implements Store with SET key owner PX ttl NX: one round trip when the claim succeeds
 // (the happy path, whose reply is a plain OK), plus one GET to tell Done from Busy when it does
 // not.
@@ -80,8 +86,17 @@ func (s *RedisStore) Claim(ctx context.Context, key, owner string, leaseTTL time
 		return 0, err
 	}
 	name, ms := s.opts.processedKey(key), millis(leaseTTL)
+	ours := false // a SET NX of this call may have run (its reply was lost)
 	for range claimRounds {
-		err := retryTransient(ctx, func() error { return s.client.Do(ctx, "set", name, owner, "px", ms, "nx").Err() })
+		err := s.retry(ctx, s.transient, func() error {
+			cmd := redis.NewCmd(ctx, "set", name, owner, "px", ms, "nx")
+			_ = s.client.Process(ctx, redisretry.Once(cmd))
+			err := cmd.Err()
+			if err != nil && !errors.Is(err, redis.Nil) && !s.notRun(err) {
+				ours = true
+			}
+			return err
+		})
 		if err == nil {
 			return Acquired, nil
 		}
@@ -89,17 +104,29 @@ func (s *RedisStore) Claim(ctx context.Context, key, owner string, leaseTTL time
 			return 0, err
 		}
 		var v string
-		err = retryTransient(ctx, func() (err error) { v, err = s.client.Get(ctx, name).Result(); return err })
+		err = s.retry(ctx, s.transient, func() (err error) { v, err = s.client.Get(ctx, name).Result(); return err })
 		switch {
 		case errors.Is(err, redis.Nil):
 			continue // expired or released in between: try to take it again
 		case err != nil:
 			return 0, err
 		default:
-			return heldResult(v), nil
+			return s.heldResult(v, owner, ours), nil
 		}
 	}
 	return 0, fmt.Errorf("idempotency: claim %q: lease kept changing hands", key)
+}
+
+// heldResult maps the value v of a lease record that SET NX could not replace. ours says that
+// a SET NX of this call for owner may have run: then v == owner is that SET, this call's lease.
+func (s *RedisStore) heldResult(v, owner string, ours bool) ClaimResult {
+	switch {
+	case v == DoneValue:
+		return Done
+	case ours && v == owner:
+		return Acquired
+	}
+	return Busy
 }
 
 // ClaimBatch claims every key for owner with one pipelined round trip of SET NX PX, plus one
@@ -121,15 +148,17 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, keys []string, owner string
 	}
 	out := make([]ClaimResult, len(keys))
 	cmds := make([]*redis.Cmd, len(keys))
+	ours := make([]bool, len(keys)) // a SET NX of this call for the key may have run
 	for range claimRounds {
 		var held []int
-		err := retryTransient(ctx, func() error {
+		err := s.retry(ctx, s.transient, func() error {
 			pipe := s.client.Pipeline()
 			for _, i := range pending {
-				cmds[i] = pipe.Do(ctx, "set", names[i], owner, "px", ms, "nx")
+				cmds[i] = redis.NewCmd(ctx, "set", names[i], owner, "px", ms, "nx")
+				_ = pipe.Process(ctx, redisretry.Once(cmds[i]))
 			}
 			_, _ = pipe.Exec(ctx) // per-command errors are read below; redis.Nil means "held"
-			var again []int       // SETs the server refused with a transient reply: not executed
+			var again []int       // SETs to send again
 			var last error
 			for _, i := range pending {
 				switch err := cmds[i].Err(); {
@@ -137,7 +166,8 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, keys []string, owner string
 					out[i] = Acquired
 				case errors.Is(err, redis.Nil):
 					held = append(held, i)
-				case notSent(err):
+				case s.transient(err):
+					ours[i] = ours[i] || !s.notRun(err)
 					again, last = append(again, i), err
 				default:
 					return &finalError{err}
@@ -157,7 +187,7 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, keys []string, owner string
 			return out, nil
 		}
 		pending = pending[:0]
-		err = retryTransient(ctx, func() error {
+		err = s.retry(ctx, s.transient, func() error {
 			pipe := s.client.Pipeline()
 			gets := make([]*redis.StringCmd, len(held))
 			for j, i := range held {
@@ -169,10 +199,10 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, keys []string, owner string
 			for j, i := range held {
 				switch v, err := gets[j].Result(); {
 				case err == nil:
-					out[i] = heldResult(v)
+					out[i] = s.heldResult(v, owner, ours[i])
 				case errors.Is(err, redis.Nil):
 					pending = append(pending, i) // vanished in between: claim again
-				case notSent(err):
+				case s.transient(err):
 					again, last = append(again, i), err
 				default:
 					return &finalError{err}
@@ -213,7 +243,7 @@ func (s *RedisStore) Complete(ctx context.Context, key, owner string, doneTTL ti
 	if err := checkTTL("done TTL", doneTTL); err != nil {
 		return err
 	}
-	return ownerChecked(s.runScript(ctx, s.scripts.complete, []string{s.opts.processedKey(key)}, owner, millis(doneTTL)))
+	return ownerChecked(s.runScript(ctx, s.notRun, s.scripts.complete, []string{s.opts.processedKey(key)}, owner, millis(doneTTL)))
 }
 
 // Release implements Store with one owner-checked Lua script.
@@ -221,7 +251,7 @@ func (s *RedisStore) Release(ctx context.Context, key, owner string) error {
 	if err := checkOwner(key, owner); err != nil {
 		return err
 	}
-	return ownerChecked(s.runScript(ctx, s.scripts.release, []string{s.opts.processedKey(key)}, owner))
+	return ownerChecked(s.runScript(ctx, s.notRun, s.scripts.release, []string{s.opts.processedKey(key)}, owner))
 }
 
 // WasSent implements Store with SISMEMBER on the sent set.
@@ -230,7 +260,7 @@ func (s *RedisStore) WasSent(ctx context.Context, key, recipient string) (bool, 
 		return false, err
 	}
 	var sent bool
-	err := retryTransient(ctx, func() (err error) {
+	err := s.retry(ctx, s.transient, func() (err error) {
 		sent, err = s.client.SIsMember(ctx, s.opts.sentKey(key), RecipientHash(recipient)).Result()
 		return err
 	})
@@ -243,89 +273,44 @@ func (s *RedisStore) MarkSent(ctx context.Context, key, owner, recipient string)
 		return err
 	}
 	keys := []string{s.opts.processedKey(key), s.opts.sentKey(key)}
-	return ownerChecked(s.runScript(ctx, s.scripts.markSent, keys, owner, RecipientHash(recipient), s.sentMs))
+	return ownerChecked(s.runScript(ctx, s.transient, s.scripts.markSent, keys, owner, RecipientHash(recipient), s.sentMs))
 }
 
-// runScript runs an owner-checked script, trying a transient reply again (retryTransient).
-func (s *RedisStore) runScript(ctx context.Context, sc *redis.Script, keys []string, args ...any) (n int64, err error) {
-	err = retryTransient(ctx, func() (err error) {
-		n, err = sc.Run(ctx, s.client, keys, args...).Int64()
+// runScript runs an owner-checked script with go-redis's own retries off for it
+// (redisretry.Scripter), sending it again while retry accepts the error: s.notRun for a
+// script that must not run twice (Complete, Release), s.transient for one that may (MarkSent).
+func (s *RedisStore) runScript(ctx context.Context, retry func(error) bool, sc *redis.Script, keys []string, args ...any) (n int64, err error) {
+	err = s.retry(ctx, retry, func() (err error) {
+		n, err = sc.Run(ctx, redisretry.Scripter(s.client), keys, args...).Int64()
 		return err
 	})
 	return n, err
 }
 
-// transientReply reports whether err is (or wraps) a server reply saying "not now" for a
-// command the server did not execute, so that sending it again is safe and may succeed:
-// CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN, READONLY, NOREPLICAS, "ERR max number of clients
-// reached", and a MOVED or ASK redirection that go-redis stopped following
-// (ClusterOptions.MaxRedirects). go-redis retries the same replies itself, but only a few times
-// within about 100 ms, and in a pipeline only when a node's first command failed, which a
-// cluster in state fail (seconds) outlasts. Any other reply (WRONGTYPE, CROSSSLOT, NOSCRIPT,
-// OOM, ERR ...) is final, and so is a connection lost with the command on it: the command may
-// have run, and running an owner-checked script twice would report ErrLeaseLost for a lease the
-// first run completed (a connection that could not be opened is retried: see notSent).
-// The same rule as the Redis Streams adapter's (adapters/redisstream, transient.go).
-func transientReply(err error) bool {
-	if err == nil {
-		return false
-	}
-	if _, ok := redis.IsMovedError(err); ok {
-		return true
-	}
-	if _, ok := redis.IsAskError(err); ok {
-		return true
-	}
-	return redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsLoadingError(err) ||
-		redis.IsMasterDownError(err) || redis.IsReadOnlyError(err) || redis.IsNoReplicasError(err) ||
-		redis.IsMaxClientsError(err)
-}
-
-// Pauses between tries of a store call refused with a transient reply: doubling from the first
-// up to the longest.
+// Pauses between tries of a store call that failed transiently: doubling from the first up to
+// the longest.
 const (
 	transientFirstPause = 20 * time.Millisecond
 	transientMaxPause   = 500 * time.Millisecond
 )
 
-// notSent reports whether err says the server surely did not run the command: a transient reply
-// (transientReply), or a connection that could not be opened (a refused or failed dial, an
-// exhausted pool; go-redis reasons the same way in its own retries). Sending it again is then
-// safe, an owner-checked script included.
-func notSent(err error) bool {
-	if transientReply(err) || errors.Is(err, redis.ErrPoolTimeout) {
-		return true
-	}
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+// notRun reports whether the try that returned err surely did not run (redisretry.NotRun).
+func (s *RedisStore) notRun(err error) bool { return redisretry.NotRun(s.client, err) }
+
+// transient reports whether a call that may run twice is worth sending again
+// (redisretry.Transient: a transient reply or any failure to reach the server).
+func (s *RedisStore) transient(err error) bool { return redisretry.Transient(s.client, err) }
+
+// retry calls fn until it returns nil or an error retry rejects, pausing between tries, until
+// ctx ends or the next try would start more than DefaultStoreTimeout after the first: the
+// middleware bounds each store call with Config.StoreTimeout, so a cluster failover shorter
+// than that costs a message no attempt, and a caller without a deadline still gets the reply
+// after at most DefaultStoreTimeout. It then returns fn's last error.
+func (s *RedisStore) retry(ctx context.Context, retry func(error) bool, fn func() error) error {
+	return redisretry.Loop{First: transientFirstPause, Max: transientMaxPause, Limit: DefaultStoreTimeout}.Do(ctx, retry, fn)
 }
 
-// retryTransient calls fn until it returns nil or an error that does not say the command was
-// not run (notSent), pausing between tries, until ctx ends or the next try would start more
-// than DefaultStoreTimeout after the first: the middleware bounds each store call with
-// Config.StoreTimeout, so a cluster failover shorter than that costs a message no attempt, and
-// a caller without a deadline still gets the reply after at most DefaultStoreTimeout. It then
-// returns fn's last error.
-func retryTransient(ctx context.Context, fn func() error) error {
-	pause := transientFirstPause
-	deadline := time.Now().Add(DefaultStoreTimeout)
-	for {
-		err := fn()
-		if !notSent(err) || time.Now().Add(pause).After(deadline) {
-			return err
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		}
-		pause = min(2*pause, transientMaxPause)
-	}
-}
-
-// finalError carries a failure out of a retryTransient call that must not be tried again.
+// finalError carries a failure out of a retry call that must not be tried again.
 type finalError struct{ err error }
 
 func (e *finalError) Error() string { return e.err.Error() }

@@ -1,106 +1,24 @@
 package idempotency
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"net"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	itestenv "github.com/millrace/millrace/idempotency/internal/testenv"
+	"github.com/millrace/millrace/internal/redisretry"
+	"github.com/millrace/millrace/internal/redisretry/faultproxy"
 	"github.com/millrace/millrace/internal/testenv"
 )
-
-// errorLineServer is a loopback RESP server that answers every command with one error line,
-// so that go-redis parses it as it parses a server's reply (the lines are Redis 7.0's own).
-func errorLineServer(t *testing.T, line string) *redis.Client {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				rd := bufio.NewReader(conn)
-				for {
-					head, err := rd.ReadString('\n')
-					if err != nil {
-						return
-					}
-					n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "*")))
-					for range n {
-						size, err := rd.ReadString('\n')
-						if err != nil {
-							return
-						}
-						m, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(size, "$")))
-						if _, err := rd.Discard(m + 2); err != nil {
-							return
-						}
-					}
-					if _, err := io.WriteString(conn, "-"+line+"\r\n"); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	c := redis.NewClient(&redis.Options{Addr: l.Addr().String(), Protocol: 2, DisableIdentity: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-// TestStoreTransientReplies classifies server replies, as go-redis returns them, with the
-// store's transientReply; a network error is not one (the command may have run).
-func TestStoreTransientReplies(t *testing.T) {
-	t.Parallel()
-	for line, want := range map[string]bool{
-		"CLUSTERDOWN The cluster is down":                                                  true,
-		"CLUSTERDOWN Hash slot not served":                                                 true,
-		"TRYAGAIN Multiple keys request during rehashing of slot":                          true,
-		"LOADING Redis is loading the dataset in memory":                                   true,
-		"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.": true,
-		"READONLY You can't write against a read only replica.":                            true,
-		"MOVED 3999 127.0.0.1:6381":                                                        true,
-		"ASK 3999 127.0.0.1:6381":                                                          true,
-		"WRONGTYPE Operation against a key holding the wrong kind of value":                false,
-		"CROSSSLOT Keys in request don't hash to the same slot":                            false,
-		"NOSCRIPT No matching script. Please use EVAL.":                                    false,
-		"OOM command not allowed when used memory > 'maxmemory'.":                          false,
-		"ERR syntax error": false,
-		"BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.": false,
-	} {
-		err := errorLineServer(t, line).Get(context.Background(), "k").Err()
-		if err == nil || err.Error() != line {
-			t.Fatalf("reply %q came back as %v", line, err)
-		}
-		for _, e := range []error{err, fmt.Errorf("claim: %w", err)} {
-			if got := transientReply(e); got != want {
-				t.Errorf("transientReply(%q) = %v, want %v", e, got, want)
-			}
-		}
-	}
-	for _, err := range []error{nil, io.EOF, redis.Nil, redis.ErrClosed, context.DeadlineExceeded} {
-		if transientReply(err) {
-			t.Errorf("transientReply(%v) = true, want false", err)
-		}
-	}
-}
 
 // freeRedisPort returns a loopback port in [from, to) that is free, its cluster bus port
 // (+10000) too. The tests that run in parallel use ranges of their own.
@@ -192,13 +110,8 @@ func TestRedisStoreRetriesRefusedDial(t *testing.T) {
 	ctx := context.Background()
 	refused := client.Ping(ctx).Err()
 	var op *net.OpError
-	if !errors.As(refused, &op) || op.Op != "dial" || !notSent(refused) || transientReply(refused) {
-		t.Fatalf("a closed port gave %v; want a dial error that notSent (only) accepts", refused)
-	}
-	for _, err := range []error{io.EOF, io.ErrUnexpectedEOF, context.DeadlineExceeded} {
-		if notSent(err) {
-			t.Errorf("notSent(%v) = true: a lost connection may have run the command", err)
-		}
+	if !errors.As(refused, &op) || op.Op != "dial" || !redisretry.NotRun(client, refused) || redisretry.TransientReply(client, refused) {
+		t.Fatalf("a closed port gave %v; want a dial error that NotRun (only) accepts", refused)
 	}
 	started := make(chan error, 1)
 	go func() {
@@ -328,5 +241,160 @@ func TestRedisStoreRetriesClusterDown(t *testing.T) {
 	_, err = store.Claim(cctx, "k5", "o5", time.Minute)
 	if err == nil || !redis.IsClusterDownError(err) && !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 2*time.Second {
 		t.Errorf("Claim while the cluster stays down, context of 200 ms: %v after %s, want CLUSTERDOWN (or the deadline) when the context ends", err, time.Since(start))
+	}
+}
+
+// cutProxy is a fault proxy in front of the test Redis that forwards the first command match
+// accepts, drops the connection before its reply (Redis ran it) and refuses every dial until
+// the test calls Accept: the shape of a node that dies right after running a command.
+func cutProxy(t *testing.T, match func(args []string) bool) *faultproxy.Proxy {
+	var cut atomic.Bool
+	return faultproxy.Start(t, itestenv.RedisAddr(), func(args []string) faultproxy.Action {
+		if match(args) && cut.CompareAndSwap(false, true) {
+			return faultproxy.Action{Cut: true, Refuse: true}
+		}
+		return faultproxy.Action{}
+	})
+}
+
+// proxiedStore is a RedisStore on a client of p whose go-redis retries are on (MaxRetries 1:
+// a lost reply is sent again by go-redis itself, and its redial is refused).
+func proxiedStore(t *testing.T, p *faultproxy.Proxy, prefix string) *RedisStore {
+	client := redis.NewClient(&redis.Options{Addr: p.Addr(), Protocol: 2, DisableIdentity: true, MaxRetries: 1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = client.Close() })
+	itestenv.DeleteRedisPrefix(t, itestenv.Redis(t, nil), prefix)
+	store, err := NewRedisStore(client, StoreOptions{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
+// TestClaimLostReplyIsOurs: a Claim whose SET NX ran but whose reply was lost (the connection
+// dropped, then dials refused for 1.5 s) acquires the lease: the lease it finds afterwards
+// holds its own owner. Before, go-redis's own retry met the refused dial, the store took that
+// for "not sent", sent SET NX again once the proxy accepted, and reported BUSY for the lease
+// the call itself held: the message was not handled until the lease expired.
+func TestClaimLostReplyIsOurs(t *testing.T) {
+	t.Parallel()
+	direct := itestenv.Redis(t, nil)
+	prefix := itestenv.Prefix(t)
+	p := cutProxy(t, func(args []string) bool { return len(args) > 0 && strings.EqualFold(args[0], "set") })
+	store := proxiedStore(t, p, prefix)
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		if err := p.Accept(); err != nil {
+			t.Errorf("proxy accept: %v", err)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	res, err := store.Claim(ctx, "k1", "o1", time.Minute)
+	if err != nil || res != Acquired {
+		t.Fatalf("Claim whose SET NX reply was lost: %s, %v after %s; want ACQUIRED (the lease holds this call's owner)", res, err, time.Since(start))
+	}
+	if v, err := direct.Get(ctx, store.opts.processedKey("k1")).Result(); err != nil || v != "o1" {
+		t.Fatalf("lease record %q (%v), want o1", v, err)
+	}
+	// The interface's rule still holds: another Claim by the same owner is BUSY.
+	if res, err := store.Claim(ctx, "k1", "o1", time.Minute); err != nil || res != Busy {
+		t.Errorf("second Claim by the holding owner: %s, %v; want BUSY", res, err)
+	}
+	if err := store.Complete(ctx, "k1", "o1", time.Minute); err != nil {
+		t.Errorf("Complete of the acquired lease: %v", err)
+	}
+}
+
+// TestClaimBatchLostReplyIsOurs: as TestClaimLostReplyIsOurs, for a batch whose SET NX
+// pipeline ran and whose replies were lost.
+func TestClaimBatchLostReplyIsOurs(t *testing.T) {
+	t.Parallel()
+	prefix := itestenv.Prefix(t)
+	p := cutProxy(t, func(args []string) bool { return len(args) > 0 && strings.EqualFold(args[0], "set") })
+	store := proxiedStore(t, p, prefix)
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		if err := p.Accept(); err != nil {
+			t.Errorf("proxy accept: %v", err)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := store.ClaimBatch(ctx, []string{"b1", "b2"}, "o1", time.Minute)
+	if err != nil || len(res) != 2 || res[0] != Acquired || res[1] != Acquired {
+		t.Fatalf("ClaimBatch whose first SET NX reply was lost: %v, %v; want [ACQUIRED ACQUIRED]", res, err)
+	}
+}
+
+// TestCompleteLostReplyNotResent: a Complete whose script ran (the lease is DONE) but whose
+// reply was lost is not sent again: it returns the lost connection's error, not ErrLeaseLost.
+// Before, go-redis's own retry met the refused dial, the store sent the script again once the
+// proxy accepted, and that second run, finding DONE, reported ErrLeaseLost for the lease the
+// first run had completed.
+func TestCompleteLostReplyNotResent(t *testing.T) {
+	t.Parallel()
+	direct := itestenv.Redis(t, nil)
+	prefix := itestenv.Prefix(t)
+	p := cutProxy(t, func(args []string) bool {
+		return len(args) > 0 && (strings.EqualFold(args[0], "evalsha") || strings.EqualFold(args[0], "eval"))
+	})
+	store := proxiedStore(t, p, prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := store.LoadScripts(ctx); err != nil { // SCRIPT LOAD: the EVALSHA below runs at once
+		t.Fatal(err)
+	}
+	if res, err := store.Claim(ctx, "k1", "o1", time.Minute); err != nil || res != Acquired {
+		t.Fatalf("Claim: %s, %v", res, err)
+	}
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		if err := p.Accept(); err != nil {
+			t.Errorf("proxy accept: %v", err)
+		}
+	}()
+	err := store.Complete(ctx, "k1", "o1", time.Minute)
+	if v, gerr := direct.Get(ctx, store.opts.processedKey("k1")).Result(); gerr != nil || v != DoneValue {
+		t.Fatalf("lease record %q (%v), want %s: the script did not run", v, gerr, DoneValue)
+	}
+	if err == nil || errors.Is(err, ErrLeaseLost) || redisretry.NotRun(store.client, err) {
+		t.Errorf("Complete whose reply was lost: %v; want the lost connection's error (not ErrLeaseLost, not a not-run error)", err)
+	}
+}
+
+// TestStoreMovedOnPlainClientIsFinal: a plain client aimed at one node of the test cluster
+// (read only: the key belongs to another node, whose MOVED refuses the command) can never
+// follow the redirection: Claim returns MOVED at once. Before, MOVED counted as transient
+// everywhere and Claim tried again for DefaultStoreTimeout (5 s).
+func TestStoreMovedOnPlainClientIsFinal(t *testing.T) {
+	t.Parallel()
+	addrs := testenv.RedisClusterAddrs(t)
+	node := redis.NewClient(&redis.Options{Addr: addrs[0], MaxRetries: -1})
+	t.Cleanup(func() { _ = node.Close() })
+	store, err := NewRedisStore(node, StoreOptions{Prefix: "millrace-moved:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	key := ""
+	for i := 0; i < 100 && key == ""; i++ {
+		k := "k" + strconv.Itoa(i)
+		if _, moved := redis.IsMovedError(node.Get(ctx, store.opts.processedKey(k)).Err()); moved {
+			key = k
+		}
+	}
+	if key == "" {
+		t.Fatal("no key of another node's slot among 100")
+	}
+	start := time.Now()
+	_, err = store.Claim(ctx, key, "o1", time.Minute)
+	if _, moved := redis.IsMovedError(err); !moved || time.Since(start) > time.Second {
+		t.Errorf("Claim on a plain client of the wrong node: %v after %s; want MOVED at once", err, time.Since(start))
+	}
+	start = time.Now()
+	_, err = store.WasSent(ctx, key, "r")
+	if _, moved := redis.IsMovedError(err); !moved || time.Since(start) > time.Second {
+		t.Errorf("WasSent on a plain client of the wrong node: %v after %s; want MOVED at once", err, time.Since(start))
 	}
 }
