@@ -2,6 +2,7 @@ package redisstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -25,14 +26,20 @@ import (
 	"github.com/millrace/millrace/internal/testenv"
 )
 
-// restartPorts returns the ports of the private cluster TestClusterNodeRestart starts and
-// kills: MILLRACE_REDIS_RESTART_PORTS (three ports) when set, else the first of 17101-17103,
-// 17111-17113, ..., 17191-17193 whose ports and cluster bus ports (+10000) are all free on
-// 127.0.0.1, so that two runs at once (two checkouts, two go test) do not meet. The shared test
-// cluster of .ci/services/redis-cluster.sh (17001-17003) is never touched.
-func restartPorts(t *testing.T) []string {
+// restartPortSets returns the port sets TestClusterNodeRestart may run its private cluster
+// on, in the order to try them: MILLRACE_REDIS_RESTART_PORTS (three ports) alone when set, else
+// each of 17101-17103, 17111-17113, ..., 17191-17193 whose ports and cluster bus ports (+10000)
+// are all free on 127.0.0.1 right now, so that two runs at once (two checkouts, two go test) do
+// not meet. A port found free can be taken before redis-server binds it: startRestartCluster
+// then goes on to the next set. The shared test cluster of .ci/services/redis-cluster.sh
+// (17001-17003) is never touched.
+func restartPortSets(t *testing.T) [][]string {
 	if v := os.Getenv("MILLRACE_REDIS_RESTART_PORTS"); v != "" {
-		return strings.Fields(v)
+		ports := strings.Fields(v)
+		if len(ports) != 3 {
+			t.Fatalf("MILLRACE_REDIS_RESTART_PORTS=%q: want three ports", v)
+		}
+		return [][]string{ports}
 	}
 	free := func(p int) bool {
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
@@ -42,18 +49,24 @@ func restartPorts(t *testing.T) []string {
 		l.Close()
 		return true
 	}
+	var sets [][]string
 	for base := 17101; base <= 17191; base += 10 {
 		ok := true
 		for p := base; p < base+3 && ok; p++ {
 			ok = free(p) && free(p+10000)
 		}
 		if ok {
-			return []string{strconv.Itoa(base), strconv.Itoa(base + 1), strconv.Itoa(base + 2)}
+			sets = append(sets, []string{strconv.Itoa(base), strconv.Itoa(base + 1), strconv.Itoa(base + 2)})
 		}
 	}
-	t.Fatal("no three free ports (and bus ports +10000) in 17101-17193 on 127.0.0.1; set MILLRACE_REDIS_RESTART_PORTS")
-	return nil
+	if len(sets) == 0 {
+		t.Fatal("no three free ports (and bus ports +10000) in 17101-17193 on 127.0.0.1; set MILLRACE_REDIS_RESTART_PORTS")
+	}
+	return sets
 }
+
+// errPortTaken: redis-server could not bind its port or bus port, or a Redis answers there.
+var errPortTaken = errors.New("port taken")
 
 // restartNode is one redis-server of the private cluster, run as a child process so that the
 // test can SIGKILL it and start it again on the same port with the same node file and AOF.
@@ -76,7 +89,7 @@ type restartCluster struct {
 }
 
 // startRestartCluster starts the private cluster, or fails in CI (skips elsewhere) when
-// redis-server is missing.
+// redis-server is missing. It tries the port sets of restartPortSets in turn until one binds.
 func startRestartCluster(t *testing.T) *restartCluster {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
@@ -86,44 +99,66 @@ func startRestartCluster(t *testing.T) *restartCluster {
 		}
 		t.Skipf("redis-server is not installed (%v); TestClusterNodeRestart starts its own cluster with it", err)
 	}
-	ports := restartPorts(t)
-	if len(ports) != 3 {
-		t.Fatalf("MILLRACE_REDIS_RESTART_PORTS=%q: want three ports", strings.Join(ports, " "))
+	for _, ports := range restartPortSets(t) {
+		c, err := tryRestartCluster(t, bin, ports)
+		if err == nil {
+			return c
+		}
+		if !errors.Is(err, errPortTaken) {
+			t.Fatal(err)
+		}
+		t.Logf("ports %v: %v; trying the next set", ports, err)
 	}
+	t.Fatal("no port set of restartPortSets could be bound (MILLRACE_REDIS_RESTART_PORTS)")
+	return nil
+}
+
+// tryRestartCluster starts the private cluster on ports; on an error its nodes are stopped.
+func tryRestartCluster(t *testing.T, bin string, ports []string) (_ *restartCluster, err error) {
+	t.Helper()
 	c := &restartCluster{t: t, bin: bin, slots: [][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}}
+	defer func() {
+		if err != nil {
+			for _, n := range c.nodes {
+				c.kill(n)
+			}
+		}
+	}()
 	base := t.TempDir()
 	for _, p := range ports {
 		if restartPing("127.0.0.1:"+p) == nil {
-			t.Fatalf("port %s already has a Redis: TestClusterNodeRestart needs ports %v free (MILLRACE_REDIS_RESTART_PORTS); stop it with: redis-cli -p %s shutdown nosave", p, ports, p)
+			return nil, fmt.Errorf("%w: 127.0.0.1:%s already has a Redis (stop it with: redis-cli -p %s shutdown nosave)", errPortTaken, p, p)
 		}
 		n := &restartNode{port: p, dir: filepath.Join(base, p)}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		c.nodes = append(c.nodes, n)
+	}
+	for _, n := range c.nodes {
+		if err := c.start(n); err != nil {
+			return nil, err
+		}
 	}
 	t.Cleanup(func() {
 		for _, n := range c.nodes {
 			c.kill(n)
 		}
 	})
-	for _, n := range c.nodes {
-		c.start(n)
-	}
 	ctx := context.Background()
 	for i, n := range c.nodes {
 		cl := c.nodeClient(n)
 		if err := cl.ClusterAddSlotsRange(ctx, c.slots[i][0], c.slots[i][1]).Err(); err != nil {
-			t.Fatalf("CLUSTER ADDSLOTSRANGE on %s: %v", n.port, err)
+			return nil, fmt.Errorf("CLUSTER ADDSLOTSRANGE on %s: %v", n.port, err)
 		}
 		if i > 0 {
 			if err := c.nodeClient(c.nodes[0]).ClusterMeet(ctx, "127.0.0.1", n.port).Err(); err != nil {
-				t.Fatalf("CLUSTER MEET %s: %v", n.port, err)
+				return nil, fmt.Errorf("CLUSTER MEET %s: %v", n.port, err)
 			}
 		}
 	}
 	c.waitState("ok", nil, 30*time.Second)
-	return c
+	return c, nil
 }
 
 func restartPing(addr string) error {
@@ -149,29 +184,94 @@ func (c *restartCluster) nodeClient(n *restartNode) *redis.Client {
 	return cl
 }
 
-// start runs redis-server for n (again, after a kill: same port, node file and AOF).
-func (c *restartCluster) start(n *restartNode) {
-	c.t.Helper()
+// start runs redis-server for n (again, after a kill: same port, node file and AOF) and waits
+// until it answers PING. The child is in a process group of its own and gets SIGKILL when the
+// test process dies (Pdeathsig), so that a test killed by -timeout, whose t.Cleanup never
+// runs, leaves no redis-server behind. (Pdeathsig fires when the OS thread that started the
+// child ends; the Go runtime keeps its threads, so in practice that is the process.) A server
+// that exits because its port or bus port is taken returns errPortTaken.
+func (c *restartCluster) start(n *restartNode) error {
+	logPath := filepath.Join(n.dir, "redis.log")
 	logf, err := os.OpenFile(filepath.Join(n.dir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		c.t.Fatal(err)
+		return err
 	}
-	n.cmd = exec.Command(c.bin, "--port", n.port, "--bind", "127.0.0.1", "--protected-mode", "yes",
+	cmd := exec.Command(c.bin, "--port", n.port, "--bind", "127.0.0.1", "--protected-mode", "yes",
 		"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(n.dir, "nodes.conf"),
 		"--cluster-node-timeout", "2000", "--save", "", "--appendonly", "yes", "--appendfsync", "always",
-		"--dir", n.dir, "--logfile", filepath.Join(n.dir, "redis.log"))
-	n.cmd.Stdout, n.cmd.Stderr = logf, logf
-	if err := n.cmd.Start(); err != nil {
-		c.t.Fatalf("start redis-server on %s: %v", n.port, err)
+		"--dir", n.dir, "--logfile", logPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start redis-server on %s: %v", n.port, err)
 	}
-	n.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); logf.Close(); close(done) }(n.cmd, n.done)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+	n.cmd, n.done = cmd, done
 	deadline := time.Now().Add(10 * time.Second)
 	for restartPing("127.0.0.1:"+n.port) != nil {
+		select {
+		case <-done:
+			out, _ := os.ReadFile(logPath)
+			if strings.Contains(string(out), "Address already in use") {
+				return fmt.Errorf("%w: redis-server on %s could not bind (log %s)", errPortTaken, n.port, logPath)
+			}
+			return fmt.Errorf("redis-server on %s exited at start: %v; log %s", n.port, cmd.ProcessState, logPath)
+		default:
+		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("redis-server on %s does not answer PING; log %s", n.port, filepath.Join(n.dir, "redis.log"))
+			return fmt.Errorf("redis-server on %s does not answer PING; log %s", n.port, logPath)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// The answer could come from another Redis that took the port after it was found free.
+	if pid := restartPID("127.0.0.1:" + n.port); pid != cmd.Process.Pid {
+		select {
+		case <-done:
+		default:
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			<-done
+		}
+		return fmt.Errorf("%w: 127.0.0.1:%s answers from process %d, not from the redis-server started (%d)", errPortTaken, n.port, pid, cmd.Process.Pid)
+	}
+	return nil
+}
+
+// restartPID returns the process_id the Redis at addr reports (0 when it does not answer).
+func restartPID(addr string) int {
+	cl := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 500 * time.Millisecond, MaxRetries: -1})
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	info, err := cl.Info(ctx, "server").Result()
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			pid, _ := strconv.Atoi(v)
+			return pid
+		}
+	}
+	return 0
+}
+
+// restart starts n again after a kill, on its own port (its node file names it), trying again
+// for up to 5 s while the port is taken.
+func (c *restartCluster) restart(n *restartNode) {
+	c.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := c.start(n)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, errPortTaken) || time.Now().After(deadline) {
+			c.t.Fatal(err)
+		}
+		c.t.Logf("restart: %v; trying again", err)
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -403,7 +503,7 @@ func TestClusterNodeRestart(t *testing.T) {
 		if hold {
 			close(failing)
 		}
-		c.start(n)
+		c.restart(n)
 		toOK := c.waitState("ok", nil, 60*time.Second)
 		okAt := time.Now()
 		var resumed time.Duration = -1
