@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/millrace/millrace/internal/redisretry"
 )
 
 // ackKey names one consumer group of one stream.
@@ -17,15 +19,23 @@ type ackKey struct{ stream, group string }
 // lingers up to ackLinger for company, and while a flush is on the wire the next acks
 // accumulate, so the batch grows with the load; an ack waits at most ackLinger plus one flush.
 //
-// An XACK that fails transiently (isTransient: CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN,
-// READONLY, a redirection, a refused or lost connection) keeps its IDs: they are sent again,
-// with the next acks, after a pause that doubles from ackRetryPause up to ackMaxPause, for as
-// long as the adapter is open, so a success whose ack met a cluster failover is acknowledged
-// once the cluster is back. XACK is idempotent, so a resend after a lost reply is harmless.
-// The IDs kept are those of the messages handled while the acks fail: while the reads fail the
-// same way (the cluster is down, the connection is lost) nothing new is handled, so that is at
-// most the Window of each subscription. Only a final reply (NOGROUP: the group was deleted)
-// drops its IDs.
+// An XACK that fails transiently (redisretry.Transient: CLUSTERDOWN, TRYAGAIN, LOADING,
+// MASTERDOWN, READONLY, a redirection on a cluster client, a refused or lost connection) keeps
+// its IDs: they are sent again, with the next acks, after a pause that doubles from
+// ackRetryPause up to ackMaxPause, for as long as the adapter is open, so a success whose ack
+// met a cluster failover is acknowledged once the cluster is back. XACK is idempotent, so a
+// resend after a lost reply is harmless. The IDs kept are those of the messages handled while
+// the acks fail: while the reads fail the same way (the cluster is down, the connection is
+// lost) nothing new is handled, so that is about the Window of each subscription. A hard cap
+// holds whatever happens (an XACK that fails while the reads succeed: a NOPERM-like transient
+// reply for XACK only): at most ackKeptMax IDs (65536: a few MiB) are kept after failures;
+// the IDs past it are dropped, their entries stay pending and are handled again after MinIdle
+// (one Error line says so the first time in a failing spell). Only a final reply (NOGROUP: the
+// group was deleted) drops its IDs otherwise.
+//
+// The failures are logged at Error at most once per ackLogEvery (10 s), with the count of the
+// XACKs that failed, and of the entries kept and dropped, since the previous line: a cluster
+// that stays down does not log a line per flush.
 //
 // While IDs are recorded and not yet acknowledged the reclaimer of this adapter does not hand
 // their entries out again (unsettled): a success is not re-judged, as a delivery past
@@ -46,6 +56,15 @@ type acker struct {
 	flushes uint64                         // flushes started
 	wake    chan struct{}                  // a token when acks are recorded
 	full    chan struct{}                  // a token when pending reaches ackBatch
+
+	keptMax int // the most IDs kept after failures (ackKeptMax)
+	// The failure log, rate-limited (ackLogEvery): counts since the last line.
+	failLogged          time.Time
+	failXacks, failKept int
+	failDropped         int
+	failErr             error
+	failStream          string
+	capLogged           bool // the cap's Error line was logged in this failing spell
 }
 
 const (
@@ -55,11 +74,16 @@ const (
 	ackLinger     = 500 * time.Microsecond
 	// ackCloseWait bounds how long Close keeps trying to send acks that fail transiently.
 	ackCloseWait = 5 * time.Second
+	// ackKeptMax caps the IDs kept after failed XACKs (an ID is about 15-40 bytes plus its
+	// string header: 64 Ki of them take a few MiB).
+	ackKeptMax = 1 << 16
+	// ackLogEvery is the least time between two lines about failed XACKs.
+	ackLogEvery = 10 * time.Second
 )
 
 func newAcker(client redis.UniversalClient, log *slog.Logger) *acker {
 	return &acker{client: client, log: log, pending: map[ackKey][]string{},
-		wake: make(chan struct{}, 1), full: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1), full: make(chan struct{}, 1), keptMax: ackKeptMax}
 }
 
 // add records id for the next flush.
@@ -171,8 +195,9 @@ func (k *acker) linger(closing <-chan struct{}) {
 }
 
 // flush sends every recorded ack. When requeue is set, the IDs of an XACK that failed
-// transiently (isTransient) are recorded again for the next flush; any other failure drops
-// them (they stay pending in Redis). It reports whether every XACK succeeded.
+// transiently (redisretry.Transient) are recorded again for the next flush, up to keptMax; any
+// other failure drops them (they stay pending in Redis). Failures are logged at most once per
+// ackLogEvery. It reports whether every XACK succeeded.
 func (k *acker) flush(ctx context.Context, requeue bool) bool {
 	k.mu.Lock()
 	batch := k.pending
@@ -203,13 +228,7 @@ func (k *acker) flush(ctx context.Context, requeue bool) bool {
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command, below
 	ok := true
-	type failure struct {
-		key      ackKey
-		ids      int
-		retrying bool
-		err      error
-	}
-	var failed []failure
+	var capHit bool
 	k.mu.Lock()
 	for i, cmd := range cmds {
 		ids := batch[keys[i]]
@@ -224,18 +243,46 @@ func (k *acker) flush(ctx context.Context, requeue bool) bool {
 		if k.stats != nil {
 			k.stats.ackErrors.Add(1)
 		}
-		retrying := requeue && isTransient(err)
-		if retrying { // recorded again before this batch leaves sending: never unsettled-free
-			k.pending[keys[i]] = append(k.pending[keys[i]], ids...)
-			k.n += len(ids)
+		k.failXacks++
+		k.failErr, k.failStream = err, keys[i].stream
+		if !requeue || !redisretry.Transient(k.client, err) {
+			k.failDropped += len(ids)
+			continue
 		}
-		failed = append(failed, failure{keys[i], len(ids), retrying, err})
+		// Recorded again before this batch leaves sending: never unsettled-free. Past the
+		// cap, the rest is dropped (the entries stay pending).
+		keep := min(len(ids), max(k.keptMax-k.n, 0))
+		k.pending[keys[i]] = append(k.pending[keys[i]], ids[:keep]...)
+		k.n += keep
+		k.failKept += keep
+		if keep < len(ids) {
+			k.failDropped += len(ids) - keep
+			if !k.capLogged {
+				k.capLogged, capHit = true, true
+			}
+		}
+	}
+	if ok {
+		k.capLogged = false
 	}
 	delete(k.sending, seq)
+	var line []any
+	if !ok && time.Since(k.failLogged) >= ackLogEvery {
+		line = []any{slog.Int("failed_xacks", k.failXacks), slog.Int("entries_kept", k.failKept),
+			slog.Int("entries_dropped", k.failDropped), slog.String("stream", k.failStream), slog.String("error", k.failErr.Error())}
+		if !k.failLogged.IsZero() {
+			line = append(line, slog.Duration("since_last_line", time.Since(k.failLogged).Round(time.Millisecond)))
+		}
+		k.failLogged = time.Now()
+		k.failXacks, k.failKept, k.failDropped, k.failErr = 0, 0, 0, nil
+	}
 	k.mu.Unlock()
-	for _, f := range failed {
-		k.log.Error("redisstream: XACK failed; entries stay pending", slog.String("stream", f.key.stream),
-			slog.Int("entries", f.ids), slog.Bool("retrying", f.retrying), slog.String("error", f.err.Error()))
+	if capHit {
+		k.log.Error("redisstream: too many acknowledgements kept after failed XACKs; the ones past the cap are dropped, their entries stay pending and are handled again after MinIdle",
+			slog.Int("cap", k.keptMax))
+	}
+	if line != nil {
+		k.log.Error("redisstream: XACK failed; entries stay pending until an XACK succeeds (kept: sent again; dropped: handled again after MinIdle)", line...)
 	}
 	if !ok && requeue {
 		select {

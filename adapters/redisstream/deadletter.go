@@ -10,6 +10,7 @@ import (
 
 	"github.com/millrace/millrace/adapters/redisstream/wire"
 	"github.com/millrace/millrace/deadletter"
+	"github.com/millrace/millrace/internal/redisretry"
 )
 
 // ErrNotOwner is wrapped by DeadLetter when the delivery it was given no longer owns its entry:
@@ -37,12 +38,17 @@ var ErrNotOwner = errors.New("redisstream: entry is no longer pending for this d
 // written dead letter) but the steps are not atomic: if another consumer claims the entry in
 // between, it may be dead-lettered twice.
 //
-// A failure that says the command did not run (notSent: a transient server reply such as
-// CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN, READONLY or a redirection, or a connection that
-// could not be opened) is tried again, with pauses from 50 ms doubling up to 1 s, for up to
-// Config.ProcessingBudget; a connection lost with the command on it is not (go-redis's own
-// retries apply). The original is acknowledged only with its dead letter written, so a
-// write that still fails leaves it pending as above.
+// A failure that says the command did not run (redisretry.NotRun: a transient server reply
+// such as CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN, READONLY or, on a cluster client, a
+// redirection; or a connection that could not be opened) is tried again, with pauses from 50 ms
+// doubling up to 1 s, for up to Config.ProcessingBudget. The script is owner-checked, so a run
+// after one that did run (go-redis's own retry after a lost reply) writes nothing: the dead
+// letter is written once, and the call then reports ErrNotOwner. The plain XADD of the other
+// paths is not owner-checked: it is sent with go-redis's retries off for it (redisretry.Once)
+// and again only when no try ran, so a lost connection with it on the wire is returned (the
+// original stays pending and is dead-lettered again after its reclaim threshold: at worst a
+// second dead letter of the same entry, never a lost one). The original is acknowledged only
+// with its dead letter written, so a write that still fails leaves it pending as above.
 //
 // In a Redis Cluster the dead-letter stream must hash to the stream's slot: give the stream a
 // {hash tag} (the default "<stream>.dlq" then keeps it) or set Config.DeadLetterStream.
@@ -65,7 +71,7 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 	if err != nil {
 		return fmt.Errorf("redisstream: dead-letter to %s: %w", dlq, err)
 	}
-	if err := a.xadd(ctx, "dead-letter XADD", &redis.XAddArgs{Stream: dlq, Values: wire.DeadLetterFields(original, rec)}); err != nil {
+	if err := a.xadd(ctx, "dead-letter XADD", dlq, 0, wire.DeadLetterFields(original, rec)); err != nil {
 		return fmt.Errorf("redisstream: dead-letter to %s: %w", dlq, err)
 	}
 	a.stats.deadLettered.Add(1)
@@ -78,7 +84,7 @@ func (a *Adapter) deadLetterOwned(ctx context.Context, d *delivery, dlq string, 
 	if len(fields) <= maxScriptValues {
 		keys, args := []string{d.stream, dlq, a.retryKey(d.stream)}, append(owner, wire.Args(fields)...)
 		var res any
-		err := a.retryTransient(ctx, "dead-letter script", a.cfg.ProcessingBudget, notSent, func() (err error) {
+		err := a.retryTransient(ctx, "dead-letter script", a.cfg.ProcessingBudget, a.notRun, func() (err error) {
 			res, err = a.scripts.deadLetter.Run(ctx, a.client, keys, args...).Result()
 			return err
 		})
@@ -96,7 +102,7 @@ func (a *Adapter) deadLetterOwned(ctx context.Context, d *delivery, dlq string, 
 	} else if n == 0 {
 		return ErrNotOwner
 	}
-	if err := a.xadd(ctx, "dead-letter XADD", &redis.XAddArgs{Stream: dlq, Values: fields}); err != nil {
+	if err := a.xadd(ctx, "dead-letter XADD", dlq, 0, fields); err != nil {
 		return err
 	}
 	if n, err := a.runOwned(ctx, a.scripts.ackOwned, []string{d.stream, a.retryKey(d.stream)}, owner); err != nil {
@@ -107,22 +113,25 @@ func (a *Adapter) deadLetterOwned(ctx context.Context, d *delivery, dlq string, 
 	return nil
 }
 
-// runOwned runs an owner-checked script that answers 1 or 0, trying it again while it was not
-// sent (notSent).
+// runOwned runs an owner-checked script that answers 1 or 0, trying it again while a try did
+// not run (redisretry.NotRun; a repeat of one that ran is harmless: see DeadLetter).
 func (a *Adapter) runOwned(ctx context.Context, sc *redis.Script, keys []string, owner []any) (n int, err error) {
-	err = a.retryTransient(ctx, "dead-letter script", a.cfg.ProcessingBudget, notSent, func() (err error) {
+	err = a.retryTransient(ctx, "dead-letter script", a.cfg.ProcessingBudget, a.notRun, func() (err error) {
 		n, err = sc.Run(ctx, a.client, keys, owner...).Int()
 		return err
 	})
 	return n, err
 }
 
-// xadd appends one entry, trying it again for up to Config.ProcessingBudget while it surely was
-// not appended (notSent: a reply such as CLUSTERDOWN, a refused dial); a connection lost with
-// the XADD on it leaves that unknown, so it is not tried again here (go-redis's own retries
-// apply).
-func (a *Adapter) xadd(ctx context.Context, op string, args *redis.XAddArgs) error {
-	return a.retryTransient(ctx, op, a.cfg.ProcessingBudget, notSent, func() error {
-		return a.client.XAdd(ctx, args).Err()
+// xadd appends one entry to stream (trimmed to about maxLen entries when maxLen > 0), sent with
+// go-redis's own retries off for it (redisretry.Once) and tried again for up to
+// Config.ProcessingBudget while no try ran (redisretry.NotRun: a reply such as CLUSTERDOWN, a
+// refused dial). A connection lost with the XADD on it leaves unknown whether it was appended:
+// that error is returned, and nothing sends it again.
+func (a *Adapter) xadd(ctx context.Context, op, stream string, maxLen int64, fields []string) error {
+	return a.retryTransient(ctx, op, a.cfg.ProcessingBudget, a.notRun, func() error {
+		cmd := xaddCmd(ctx, stream, maxLen, fields)
+		_ = a.client.Process(ctx, redisretry.Once(cmd))
+		return cmd.Err()
 	})
 }

@@ -19,11 +19,13 @@ import (
 // delivers it again once due, with its delivery count one higher. Any delay works, a
 // millrace.RetryAfter longer than the policy's included.
 //
-// A failure that says the script did not run (notSent: a transient server reply such as a
-// cluster failover's CLUSTERDOWN, TRYAGAIN or LOADING, or a connection that could not be
-// opened) is tried again, with pauses from 50 ms doubling up to 1 s, for up to
-// Config.ProcessingBudget. A connection lost with the script on it is not (go-redis's own
-// retries apply), as before. If it still fails, the error is returned and the entry stays pending: it
+// A failure that says the script did not run (redisretry.NotRun: a transient server reply such
+// as a cluster failover's CLUSTERDOWN, TRYAGAIN or LOADING, a redirection on a cluster client,
+// or a connection that could not be opened) is tried again, with pauses from 50 ms doubling up
+// to 1 s, for up to Config.ProcessingBudget. The script is owner-checked, so a run after one
+// that ran (go-redis's own retry after a lost reply) only records the due time again. A
+// connection lost with the script on it is not tried again by the adapter (go-redis's own
+// retries apply). If it still fails, the error is returned and the entry stays pending: it
 // is recovered after its reclaim threshold, with its delivery count one higher.
 func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req millrace.RetryRequest) (millrace.Disposition, error) {
 	d, ok := deliveryFrom(msg)
@@ -36,7 +38,7 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 	}
 	keys := []string{d.stream, a.retryKey(d.stream)}
 	var res int
-	err := a.retryTransient(ctx, "schedule retry", a.cfg.ProcessingBudget, notSent, func() (err error) {
+	err := a.retryTransient(ctx, "schedule retry", a.cfg.ProcessingBudget, a.notRun, func() (err error) {
 		res, err = a.scripts.retry.Run(ctx, a.client, keys, d.group, d.id, d.consumer, d.count, max(delay, 0).Milliseconds()).Int()
 		return err
 	})
