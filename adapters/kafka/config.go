@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -289,5 +290,13 @@ func (c Config) saramaConfig() *sarama.Config {
 	if sc.Consumer.Group.Heartbeat.Interval == 3*time.Second {
 		sc.Consumer.Group.Heartbeat.Interval = time.Second
 	}
+	// Every connection goes through the guard (connguard.go), wrapping the dialer sarama would
+	// have used, so that a silent connection loss costs one read timeout, not one per broker.
+	var next dialer = &net.Dialer{Timeout: sc.Net.DialTimeout, KeepAlive: sc.Net.KeepAlive, LocalAddr: sc.Net.LocalAddr}
+	if sc.Net.Proxy.Enable && sc.Net.Proxy.Dialer != nil {
+		next = sc.Net.Proxy.Dialer
+	}
+	sc.Net.Proxy.Enable = true
+	sc.Net.Proxy.Dialer = newConnGuard(next)
 	return sc
 }

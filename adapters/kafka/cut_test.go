@@ -17,7 +17,7 @@ import (
 // cutTarget puts every connection of the adapter (the consumer group's, the commit and
 // transactional producers', the retry producer's and the admin's) behind the battery's proxy:
 // brokers advertise their own addresses in metadata, so sarama dials through a Net.Proxy dialer
-// that maps each broker address to its proxy. The workload is published, and dead letters
+// that maps each broker address to its proxy (the adapter puts its connection guard around it). The workload is published, and dead letters
 // read, by a second adapter on direct connections.
 type cutTarget struct {
 	atLeastOnce bool
@@ -64,28 +64,30 @@ func (c cutTarget) Connect(_ context.Context, t testing.TB, topic string, proxie
 		Pending: func(_ context.Context, topic string) (int, error) {
 			return pendingRecords(upstream, group, topic)
 		},
-		Bound: kafkaCutBound(4, len(upstream)),
+		Bound: kafkaCutBound(4),
 	}, nil
 }
 
-// kafkaCutBound is the bound doc.go states under "Connection loss", for cutReadTimeout, the
-// battery's MaxInFlight and the number of brokers.
-func kafkaCutBound(inFlight, brokers int) cutbattery.Bound {
+// kafkaCutBound is the bound doc.go states under "Connection loss", for cutReadTimeout and the
+// battery's MaxInFlight.
+func kafkaCutBound(inFlight int) cutbattery.Bound {
 	// A black-holed request fails after the read timeout; sarama reconnects and the group
-	// rejoins, and the backlog built up meanwhile is handled before the probe. A client holds
-	// a connection to each broker, and each one the black hole caught (or that was opened
-	// during it) stays silent and fails only when next used, one read timeout later; sarama
-	// finds them one after another (a trace of an 18.4 s resume on 3 brokers: a fetch, the
+	// rejoins, and the backlog built up meanwhile is handled before the probe. The adapter's
+	// clients hold a connection to each broker, all caught by the black hole (or opened during
+	// it); without the adapter's connection guard (connguard.go) sarama found them one after
+	// another, a read timeout each (a trace of an 18.4 s resume on 3 brokers: a fetch, the
 	// coordinator lookup on a second broker, a metadata request, a produce, each timing out
-	// about 5 s after the one before). So the bound grows by a read timeout per broker:
-	// (brokers+1) x ReadTimeout + 5 s, 15 s on one broker as before, 25 s on three. Measured
-	// with a 5 s read timeout: at most 5.2 s in 6 runs on one broker; on the 3-broker cluster
-	// 13.4 s, 13.3 s, 13.4 s, 18.4 s and 8.4 s at-least-once, 11.2 s transactional, in 5 runs, after
-	// black holes and after resets too.
-	resume := time.Duration(brokers+1)*cutReadTimeout + 5*time.Second
+	// about 5 s after the one before). The guard closes them all at the first timeout, so one
+	// read timeout is paid whatever the number of brokers: ReadTimeout + 10 s, 15 s.
+	// Measured with a 5 s read timeout on the 3-broker cluster, two runs with the guard:
+	// 3.1 s and 3.1 s transactional, 3.4 s and 3.3 s at-least-once (the black holes; resets
+	// 0.3-0.5 s), every black-holed connection closed within 5.5 s, none left silent; the same
+	// session without it: 16.5 s transactional (fails this bound), 8.5 s at-least-once, black-
+	// holed connections held up to 39.5 s and 3 still silent at the end. Before, on one
+	// broker: at most 5.2 s in 6 runs.
 	return cutbattery.Bound{
-		Resume:             resume,
-		Settle:             resume,
+		Resume:             cutReadTimeout + 10*time.Second,
+		Settle:             cutReadTimeout + 10*time.Second,
 		DuplicatesPerCut:   2 * 17 * inFlight,
 		AttemptsLostPerCut: 0, // the attempt lives in the record: a lost delivery repeats its number
 	}

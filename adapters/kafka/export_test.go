@@ -9,6 +9,9 @@ func (a *Adapter) Sessions() int64 { return a.sessions.Load() }
 // SaramaConfig returns the client configuration the adapter derives from cfg.
 func SaramaConfig(cfg Config) *sarama.Config { return cfg.withDefaults().saramaConfig() }
 
+// ClientConfig returns the sarama configuration the adapter built and its clients use.
+func (a *Adapter) ClientConfig() *sarama.Config { return a.sc }
+
 // PendingFactor times MaxInFlight is how many records of a partition may wait unmarked.
 const PendingFactor = pendingFactor
 

@@ -89,7 +89,8 @@ func (a *clusterAdmin) move(topic string, partition int32, brokers int) (from, t
 }
 
 // leaderMoveStall bounds how long a partition's records wait after its leader moved, derived
-// from the client's settings (sarama's defaults, which the adapter keeps):
+// from the settings of the client configuration the adapter built (Adapter.ClientConfig; for
+// these fields sarama's defaults, which the adapter keeps):
 //
 //   - the consumer's next fetch from the old leader answers NOT_LEADER_OR_FOLLOWER at once, or
 //     after at most Consumer.MaxWaitTime if a fetch was waiting there;
@@ -284,11 +285,12 @@ func TestLeaderMoveWhileRetriesWait(t *testing.T) {
 		testenv.Unreachable(t, "Kafka", strings.Join(brokers(t), ","), brokersEnv,
 			fmt.Errorf("%d bootstrap brokers listed, the test wants the %d-broker cluster of .ci/services/kafka.sh", n, brokerN))
 	}
-	stream := retryStream{records: 850, interval: 20 * time.Millisecond, retryDelay: 2 * time.Second, // 50 records/s for 17 s
-		bound: leaderMoveStall(sarama.NewConfig())}
-
 	topic, group := uniqueName("leaders"), uniqueName("leaders")
 	a := newAdapter(t, group, func(c *kafka.Config) { c.Partitions = partitions })
+	// The bound follows the client configuration the adapter built, not sarama's defaults: a
+	// setting the adapter overrides (or one day overrides) moves the bound with it.
+	stream := retryStream{records: 850, interval: 20 * time.Millisecond, retryDelay: 2 * time.Second, // 50 records/s for 17 s
+		bound: leaderMoveStall(a.ClientConfig())}
 	pub := newAdapter(t, uniqueName("leaders-pub"), nil)
 	dl := readDeadLetters(t, topic)
 	policy := millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(stream.retryDelay)}
