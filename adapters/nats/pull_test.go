@@ -30,7 +30,7 @@ import (
 // about once in 20,000 to 30,000 pulls on this machine without the race detector. Under -race
 // (how CI runs it) the old subscriber's first stall came after 257 to 8922 pulls of a
 // subscription (16 subscriptions, mean 2441): with 4 x 4000 messages it fails on the old code
-// with a probability of about 99.9 % (exp(-16000/2441) left), measured 4 of 4 runs.
+// with a probability of about 99.9 % (exp(-16000/2441) left), measured 6 of 6 runs.
 func TestWindowOneNeverWaitsForExpiry(t *testing.T) {
 	const subs, perSub = 4, 4000
 	cfg := testConfig()
