@@ -41,6 +41,13 @@ type dialer interface {
 // be a fetch long-polling or a JoinGroup waiting for the group), but refuses a further request
 // if it has not answered since. Connections dialled after the silent moment are kept. The cost
 // of a timeout from one slow broker is a reconnect of the idle connections to the others.
+//
+// Known limits: the guard sees bytes, not sarama's requests, so a connection with several
+// requests pipelined (Net.MaxOpenRequests) counts as idle once any reply arrives, and is
+// closed with the others at a timeout elsewhere (its outstanding requests fail and are
+// retried as after any connection loss); a request that legitimately outlasts ReadTimeout (a
+// JoinGroup waiting longer for the group) times out in sarama anyway, and the guard then
+// reconnects the idle connections too; the dead-letter store's clients are not guarded.
 type connGuard struct {
 	next  dialer
 	epoch time.Time // guard times are monotonic nanoseconds since epoch
