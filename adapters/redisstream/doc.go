@@ -239,7 +239,7 @@
 //     before the run ended.
 //   - A master killed and restarted (TestClusterNodeRestart: a private 3-master cluster with
 //     AOF appendfsync always; SIGKILL of a master that does not own the stream, then of the
-//     owner, each started again): the cluster reports fail after about 2.8 s and every node
+//     owner, each started again): the cluster reports fail 2.8 to 3.8 s later and every node
 //     answers CLUSTERDOWN until it is whole again, 4.0 to 4.7 s after the restart. go-redis
 //     retries that reply for about 100 ms only; the adapter keeps retrying it (acks, retry and
 //     dead-letter writes, Publish), so nothing is lost, no Publish fails, no success is
