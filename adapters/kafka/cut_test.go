@@ -79,8 +79,8 @@ func kafkaCutBound(inFlight int) cutbattery.Bound {
 	// coordinator lookup on a second broker, a metadata request, a produce, each timing out
 	// about 5 s after the one before). The guard closes them all at the first timeout, so one
 	// read timeout is paid whatever the number of brokers: ReadTimeout + 10 s, 15 s.
-	// Measured with a 5 s read timeout on the 3-broker cluster, two runs with the guard:
-	// 3.1 s and 3.1 s transactional, 3.4 s and 3.3 s at-least-once (the black holes; resets
+	// Measured with a 5 s read timeout on the 3-broker cluster, three runs with the guard:
+	// 3.1 s each transactional, 3.4, 3.3 and 3.4 s at-least-once (the black holes; resets
 	// 0.3-0.5 s), every black-holed connection closed within 5.5 s, none left silent; the same
 	// session without it: 16.5 s transactional (fails this bound), 8.5 s at-least-once, black-
 	// holed connections held up to 39.5 s and 3 still silent at the end. Before, on one

@@ -161,7 +161,7 @@
 // number. The consumer resumes by itself within ReadTimeout plus a group rejoin, on any number
 // of brokers: the cut battery (conformance/cutbattery, cut_test.go: resets of 2 s and black
 // holes of 4 s, six cuts, on dead-letter and retry hand-offs and acknowledgements, with a 5 s
-// ReadTimeout; bound ReadTimeout + 10 s) measured on the 3-broker cluster, two runs: at most
+// ReadTimeout; bound ReadTimeout + 10 s) measured on the 3-broker cluster, three runs: at most
 // 3.1 s to resume transactional and 3.4 s at-least-once, 0 lost, 0-3 duplicates, every
 // black-holed connection closed within 5.5 s. Without the guard, on the same cluster, each
 // broker's connection was found silent on its own when next used (the fetch, the coordinator
