@@ -15,11 +15,12 @@
 //     is enough only for a command whose repeat is harmless by construction (an owner-checked
 //     script that writes nothing the second time, SET NX of a unique owner that the caller
 //     recognises as its own).
-//   - NotSent: did no try run at all? NotRun, and the command was sent with go-redis's own
-//     retries off: a command wrapped by Once (go-redis then follows only redirections and
-//     READONLY, which are themselves replies of commands that did not run, and retries only
-//     dials), or any command on a client whose retries are all disabled (ClientRetries false).
-//     That is what a command that is not idempotent (XADD) needs before it is sent again.
+//   - NotSent: did no try run at all? NotRun on a client whose retries are all disabled
+//     (ClientRetries false). A command wrapped by Once (or a script run through Scripter) gets
+//     the same certainty from NotRun on any client: go-redis then follows only redirections
+//     and READONLY (replies of commands that did not run) and redials, and never sends it
+//     again after a failure that may have left it run. That is what a command that is not
+//     safe to run twice (XADD, an owner-checked DEL) needs before it is sent again.
 package redisretry
 
 import (
@@ -126,16 +127,50 @@ func Transient(c redis.UniversalClient, err error) bool {
 
 // once is a command go-redis does not send again by itself (Cmder.NoRetry): after a failure
 // that may have left it run (a lost connection, a timeout) go-redis returns that failure, and
-// it tries again only what surely did not run (a refused dial, a redirection, READONLY).
-type once struct{ *redis.StringCmd }
+// it tries again only what surely did not run (a dial, a redirection, READONLY).
+type once struct{ redis.Cmder }
 
 // NoRetry tells go-redis not to send the command again after a failure.
 func (once) NoRetry() bool { return true }
 
 // Once wraps cmd so that go-redis makes no retry of it that could run it twice: process the
-// result (client.Process, pipe.Process) and read cmd. Its error then satisfies NotSent exactly
-// when it satisfies NotRun, whatever the client's MaxRetries.
-func Once(cmd *redis.StringCmd) redis.Cmder { return once{cmd} }
+// result (client.Process, pipe.Process) and read cmd. Its error then satisfies NotRun only if
+// no try ran, whatever the client's retry options.
+func Once(cmd redis.Cmder) redis.Cmder { return once{cmd} }
+
+// Scripter returns c as a redis.Scripter for redis.Script's Run, Eval and EvalSha, whose
+// EVAL and EVALSHA go-redis does not send again by itself (Once): a script that is not safe to
+// run twice, sent again only on NotRun.
+func Scripter(c redis.UniversalClient) redis.Scripter { return onceScripter{c} }
+
+type onceScripter struct{ redis.UniversalClient }
+
+// Eval sends EVAL as a Once command.
+func (s onceScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return s.eval(ctx, "eval", script, keys, args)
+}
+
+// EvalSha sends EVALSHA as a Once command.
+func (s onceScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return s.eval(ctx, "evalsha", sha1, keys, args)
+}
+
+// eval builds the command as go-redis's own eval does (scalar args only), with its keys
+// from position 3 for the cluster's routing.
+func (s onceScripter) eval(ctx context.Context, name, payload string, keys []string, args []any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, name, payload, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	cmd := redis.NewCmd(ctx, a...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	_ = s.UniversalClient.Process(ctx, Once(cmd))
+	return cmd
+}
 
 // Loop is a retry loop: Do calls a function until it succeeds or fails in a way its caller
 // does not retry, pausing between tries (First, doubling up to Max) and stopping with the last
