@@ -2,7 +2,7 @@
 // again: the rule the Redis Streams adapter (adapters/redisstream) and the idempotency store's
 // RedisStore share.
 //
-// Three questions, from the weakest claim to the strongest:
+// Two questions, and one way to make the second one certain:
 //
 //   - Transient: may the call succeed if sent again later? A transient reply, or any failure
 //     to talk to the server (a lost or refused connection, a timeout). Only for commands that
@@ -15,9 +15,8 @@
 //     is enough only for a command whose repeat is harmless by construction (an owner-checked
 //     script that writes nothing the second time, SET NX of a unique owner that the caller
 //     recognises as its own).
-//   - NotSent: did no try run at all? NotRun on a client whose retries are all disabled
-//     (ClientRetries false). A command wrapped by Once (or a script run through Scripter) gets
-//     the same certainty from NotRun on any client: go-redis then follows only redirections
+//   - Once: did no try run at all? For a command wrapped by Once (or a script run through
+//     Scripter) NotRun says so on any client: go-redis then follows only redirections
 //     and READONLY (replies of commands that did not run) and redials, and never sends it
 //     again after a failure that may have left it run. That is what a command that is not
 //     safe to run twice (XADD, an owner-checked DEL) needs before it is sent again.
@@ -74,37 +73,14 @@ func isCluster(c redis.UniversalClient) bool {
 // NotRun reports whether the try of a command on c that returned err surely did not run: a
 // transient reply (TransientReply), a connection that could not be opened (a refused or failed
 // dial) or an exhausted pool (redis.ErrPoolTimeout). It says nothing of go-redis's earlier
-// tries of the same call (see NotSent).
+// tries of the same call: go-redis returns only its last try's error, so NotRun settles that
+// a command did not run only for a command sent through Once.
 func NotRun(c redis.UniversalClient, err error) bool {
 	if TransientReply(c, err) || errors.Is(err, redis.ErrPoolTimeout) {
 		return true
 	}
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
-}
-
-// NotSent reports whether a command on c that returned err surely did not run in any of the
-// tries go-redis made: NotRun, and c makes no tries of its own (ClientRetries false). For a
-// command wrapped by Once, NotRun alone says so (go-redis does not retry it).
-func NotSent(c redis.UniversalClient, err error) bool {
-	return NotRun(c, err) && !ClientRetries(c)
-}
-
-// ClientRetries reports whether go-redis may send a failed command again by itself on c, so
-// that the error it returns is only its last try's: a *redis.Client with MaxRetries >= 0 in its
-// options (0 means the default, 3; -1 disables them), a *redis.ClusterClient with
-// MaxRedirects >= 0 (default 3; -1: no retries, and no redirection followed by go-redis) or
-// with MaxRetries > 0 for its node clients (default: none), and any other client (a Ring, a
-// wrapper: assumed to retry).
-func ClientRetries(c redis.UniversalClient) bool {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().MaxRetries > 0 // normalized: -1 became 0, 0 became 3
-	case *redis.ClusterClient:
-		o := c.Options() // normalized: MaxRedirects -1 became 0; MaxRetries 0 became -1
-		return o.MaxRedirects > 0 || o.MaxRetries > 0
-	}
-	return true
 }
 
 // Transient reports whether a failed call on c may succeed if sent again later: a transient

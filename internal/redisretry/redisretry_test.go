@@ -188,38 +188,6 @@ func TestTransientReplies(t *testing.T) {
 	}
 }
 
-// TestClientRetries reads go-redis's own retries from the client's options, as normalized by
-// the constructors, for a plain client and a cluster client; NotSent trusts NotRun only where
-// there are none.
-func TestClientRetries(t *testing.T) {
-	t.Parallel()
-	plain := func(n int) *redis.Client {
-		c := redis.NewClient(&redis.Options{Addr: closedPort(t), MaxRetries: n})
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
-	for _, tc := range []struct {
-		name   string
-		client redis.UniversalClient
-		want   bool
-	}{
-		{"plain default (3 retries)", plain(0), true},
-		{"plain MaxRetries 1", plain(1), true},
-		{"plain MaxRetries -1", plain(-1), false},
-		{"cluster default (MaxRedirects 3)", clusterClient(t, nil), true},
-		{"cluster MaxRedirects -1", clusterClient(t, &redis.ClusterOptions{MaxRedirects: -1}), false},
-		{"cluster MaxRedirects -1, node MaxRetries 2", clusterClient(t, &redis.ClusterOptions{MaxRedirects: -1, MaxRetries: 2}), true},
-	} {
-		if got := ClientRetries(tc.client); got != tc.want {
-			t.Errorf("%s: ClientRetries = %v, want %v", tc.name, got, tc.want)
-		}
-		refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
-		if got := NotSent(tc.client, refused); got != !tc.want {
-			t.Errorf("%s: NotSent(refused dial) = %v, want %v", tc.name, got, !tc.want)
-		}
-	}
-}
-
 // TestRealReplies classifies replies a real Redis gives: final ones from the test Redis, a
 // redirection and CROSSSLOT from a node of the test cluster (read only: nothing is written
 // there), and failures that are not replies.
