@@ -55,9 +55,10 @@
 //     within the budget costs no done marker. A longer one finishes the message Unmarked, and a
 //     redelivery after the lease expired runs the handler a second time: the documented window,
 //     and the only way a cut makes a handler run twice.
-//   - A claim whose reply was lost is resent by go-redis, which finds the lease it took and
-//     reports Busy: the message waits for that lease to expire (LeaseTTL, below the retry
-//     window by Config.Validate), then claims it. A Complete whose reply was lost is resent and
+//   - A claim whose reply was lost is sent again by the store (SET NX with go-redis's own
+//     retries off), which finds the lease holding this call's owner and reports Acquired
+//     (TestClaimLostReplyIsOurs). A Complete whose reply was lost is not sent again by the
+//     store (it returns the connection's error); the middleware's own retry of Complete then
 //     finds the message done: ErrLeaseLost, a Retry whose redelivery is a duplicate, not a run.
 //   - A silent connection is noticed only by go-redis's read timeout (5 s by default), and each
 //     idle pooled connection is just as dead: go-redis found them one claim at a time (after a

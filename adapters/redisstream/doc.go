@@ -178,13 +178,22 @@
 //   - Bound: a subscription delivers again within ReadTimeout + 2 s after the connection is
 //     restored (7 s with go-redis's defaults). Measured: at most about 0.3 s after a reset and
 //     1.1 s after a black hole.
-//   - Nothing is lost, and nothing is acknowledged without its write: a retry or dead-letter
-//     write whose reply says the command did not run (a transient reply such as CLUSTERDOWN,
-//     TRYAGAIN, LOADING, MASTERDOWN or READONLY, or MOVED/ASK on a cluster client) is sent
-//     again for up to ProcessingBudget; one that still fails leaves the entry pending,
-//     recovered after its threshold. go-redis resends a script whose connection failed; the
-//     ownership check makes that safe (a second dead-letter script finds the entry
-//     acknowledged and writes nothing).
+//   - Nothing is lost, and nothing is acknowledged without its write. Which failed calls are
+//     sent again (internal/redisretry): an XACK after a transient reply or any connection
+//     failure, while the adapter is open (at most 65536 IDs are kept after failed XACKs; the
+//     rest stay pending and are handled again after MinIdle, with one Error line; XACK
+//     failures are logged at most once per 10 s, with counts). An XADD (Publish,
+//     PublishNative, the dead-letter XADD) is sent with go-redis's own retries off and sent
+//     again, for up to ProcessingBudget, only when no try can have run: a transient reply
+//     (CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN, READONLY, NOREPLICAS, max clients; MOVED/ASK
+//     on a cluster client), a refused dial, an exhausted pool. A connection lost with the XADD
+//     on it is returned: the entry may have been appended, and a caller that publishes again
+//     may append it twice (for the dead-letter XADD the entry stays pending: at worst a second
+//     dead letter, never a lost one). The owner-checked retry and dead-letter scripts keep
+//     go-redis's retries and are sent again on the same replies: a repeat of one that ran
+//     writes nothing (the call may then report ErrNotOwner); one that still fails leaves the
+//     entry pending, recovered after its threshold. On a plain client aimed at one cluster
+//     node, MOVED/ASK are final and returned at once.
 //   - Duplicates: a success whose XACK cannot reach Redis before the entry's recovery threshold
 //     (MinIdle) has passed is handled again; at most Window entries per subscription per cut.
 //     The acker retries, so few do: 0 to 2 per run of six cuts with MinIdle 5 s.
