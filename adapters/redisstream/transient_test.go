@@ -1,90 +1,22 @@
 package redisstream
 
 import (
-	"bufio"
 	"context"
-	"io"
-	"net"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/millrace/millrace/internal/redisretry/faultproxy"
 )
 
-// replyServer is a loopback RESP server that answers every command with one fixed error line,
-// so that go-redis parses it exactly as it parses a server's reply. It stands in for the
-// replies a test cannot make a real server give on demand (LOADING, TRYAGAIN, ASK, ...); the
-// lines are Redis 7.0's own (server.c shared objects, cluster.c getNodeByQuery).
+// replyServer is a client of a loopback server that answers every command with line
+// (faultproxy.ReplyServer), parsed by go-redis as a server's reply.
 func replyServer(t *testing.T, line string) *redis.Client {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				rd := bufio.NewReader(conn)
-				for {
-					if err := skipCommand(rd); err != nil {
-						return
-					}
-					if _, err := io.WriteString(conn, "-"+line+"\r\n"); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	c := redis.NewClient(&redis.Options{Addr: l.Addr().String(), Protocol: 2, DisableIdentity: true, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: faultproxy.ReplyServer(t, line), Protocol: 2, DisableIdentity: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
-}
-
-// skipCommand reads one RESP array of bulk strings (a client's command).
-func skipCommand(rd *bufio.Reader) error {
-	head, err := rd.ReadString('\n')
-	if err != nil {
-		return err
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "*")))
-	if err != nil {
-		return err
-	}
-	for range n {
-		size, err := rd.ReadString('\n')
-		if err != nil {
-			return err
-		}
-		m, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(size, "$")))
-		if err != nil {
-			return err
-		}
-		if _, err := rd.Discard(m + 2); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// closedPort returns a loopback address nothing listens on.
-func closedPort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
 }
 
 // TestRetryTransient: the adapter's retry loop (internal/redisretry's Loop, tested there)
@@ -92,7 +24,7 @@ func closedPort(t *testing.T) string {
 // the adapter's Close end the tries.
 func TestRetryTransient(t *testing.T) {
 	t.Parallel()
-	client := redis.NewClient(&redis.Options{Addr: closedPort(t)})
+	client := redis.NewClient(&redis.Options{Addr: faultproxy.ClosedPort(t)})
 	defer client.Close()
 	a, err := New(Config{Client: client, Group: "g"})
 	if err != nil {

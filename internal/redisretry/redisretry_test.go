@@ -1,12 +1,10 @@
 package redisretry
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/millrace/millrace/internal/redisretry/faultproxy"
 	"github.com/millrace/millrace/internal/redisslot"
 	"github.com/millrace/millrace/internal/testenv"
 )
@@ -38,79 +37,6 @@ func testClient(t *testing.T) *redis.Client {
 	return c
 }
 
-// replyServer is a loopback RESP server that answers every command with one fixed error line,
-// so that go-redis parses it exactly as it parses a server's reply. It stands in for the
-// replies a test cannot make a real server give on demand (LOADING, TRYAGAIN, ASK, ...); the
-// lines are Redis 7.0's own (server.c shared objects, cluster.c getNodeByQuery).
-func replyServer(t *testing.T, line string) *redis.Client {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				rd := bufio.NewReader(conn)
-				for {
-					if err := skipCommand(rd); err != nil {
-						return
-					}
-					if _, err := io.WriteString(conn, "-"+line+"\r\n"); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	c := redis.NewClient(&redis.Options{Addr: l.Addr().String(), Protocol: 2, DisableIdentity: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-// skipCommand reads one RESP array of bulk strings (a client's command).
-func skipCommand(rd *bufio.Reader) error {
-	head, err := rd.ReadString('\n')
-	if err != nil {
-		return err
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "*")))
-	if err != nil {
-		return err
-	}
-	for range n {
-		size, err := rd.ReadString('\n')
-		if err != nil {
-			return err
-		}
-		m, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(size, "$")))
-		if err != nil {
-			return err
-		}
-		if _, err := rd.Discard(m + 2); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// closedPort returns a loopback address nothing listens on.
-func closedPort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 // clusterClient is a cluster client that is never used for I/O here: only its type and
 // options matter to the classifier.
 func clusterClient(t *testing.T, opts *redis.ClusterOptions) *redis.ClusterClient {
@@ -122,6 +48,17 @@ func clusterClient(t *testing.T, opts *redis.ClusterOptions) *redis.ClusterClien
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// replyServer is a client of a loopback server that answers every command with line
+// (faultproxy.ReplyServer), parsed by go-redis as a server's reply; the lines the tests use are
+// Redis 7.0's own (server.c shared objects, cluster.c getNodeByQuery).
+func replyServer(t *testing.T, line string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: faultproxy.ReplyServer(t, line), Protocol: 2, DisableIdentity: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func closedPort(t *testing.T) string { return faultproxy.ClosedPort(t) }
 
 // TestTransientReplies classifies the replies of a server, as go-redis returns them, with
 // TransientReply, Transient and NotRun, bare and wrapped the way the callers wrap them, on a
