@@ -67,33 +67,10 @@ func (clusterCutTarget) Connect(_ context.Context, t testing.TB, topic string, p
 		Publisher:   tools.Publisher(),
 		DeadLetters: tools.DeadLetterSubscriber(),
 		Pending: func(ctx context.Context, stream string) (int, error) {
-			return clusterStreamBacklog(ctx, direct, stream, "cutbattery", a.retryKey(stream))
+			return streamBacklog(ctx, direct, stream, "cutbattery", a.retryKey(stream))
 		},
 		Bound: redisCutBound(opts, cutBudget),
 	}, nil
-}
-
-// clusterStreamBacklog is streamBacklog on a cluster client.
-func clusterStreamBacklog(ctx context.Context, c *redis.ClusterClient, stream, group, retryKey string) (int, error) {
-	pend, err := c.XPending(ctx, stream, group).Result()
-	if err != nil {
-		return 0, err
-	}
-	scheduled, err := c.ZCard(ctx, retryKey).Result()
-	if err != nil {
-		return 0, err
-	}
-	groups, err := c.XInfoGroups(ctx, stream).Result()
-	if err != nil {
-		return 0, err
-	}
-	var lag int64
-	for _, g := range groups {
-		if g.Name == group {
-			lag = max(g.Lag, 0)
-		}
-	}
-	return int(pend.Count + scheduled + lag), nil
 }
 
 // TestCutBatteryCluster is TestCutBattery on the Redis Cluster, every node cut at once.

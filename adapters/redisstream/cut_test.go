@@ -78,8 +78,8 @@ func redisCutBound(opts redis.Options, budget time.Duration) cutbattery.Bound {
 }
 
 // streamBacklog counts what the group still has to do on stream: pending entries, scheduled
-// retries, and entries not yet read.
-func streamBacklog(ctx context.Context, c *redis.Client, stream, group, retryKey string) (int, error) {
+// retries, and entries not yet read (on one Redis or a cluster).
+func streamBacklog(ctx context.Context, c redis.UniversalClient, stream, group, retryKey string) (int, error) {
 	pend, err := c.XPending(ctx, stream, group).Result()
 	if err != nil {
 		return 0, err
