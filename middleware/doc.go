@@ -15,4 +15,10 @@
 //
 // The rule that holds in every path: the original message is acknowledged only after its retry
 // or its dead letter is safely written.
+//
+// Hooks: RetryConfig.OnRetry and PoisonConfig.OnDeadLetter are called once per retry and once
+// per dead letter, for alerting and audit, only after the adapter confirmed the write (a failed
+// write nacks and calls no hook). They run synchronously on the message's goroutine before its
+// ack, so they must be quick; a panic in one is recovered and logged, and changes nothing for
+// the message. Nil hooks add nothing to a message that succeeds.
 package middleware

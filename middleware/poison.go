@@ -29,6 +29,15 @@ type PoisonConfig struct {
 	Logger *slog.Logger
 	// Now returns the current time. Default: time.Now.
 	Now func() time.Time
+	// OnDeadLetter, when set, is called once for every dead letter (exhausted, malformed, and
+	// discarded when DeadLetterDiscards is on; not for a discard that is only acknowledged),
+	// after the adapter's DeadLetter returned nil (never when it failed: the original is then
+	// nacked, not acknowledged, and delivered again). It runs on the message's goroutine, after
+	// the log line and before Poison returns: a slow hook delays this message's ack and the
+	// Close of the router, so it should be quick (hand slow work to a goroutine or queue of its
+	// own). A panic in it is recovered and logged at Error; the message is handled as without
+	// the hook. Nil costs nothing.
+	OnDeadLetter OnDeadLetterFunc
 }
 
 // Poison routes exhausted and malformed messages (and, if configured, discarded ones) to the
@@ -70,7 +79,16 @@ func poisonFailed(dl DeadLetterer, cfg *PoisonConfig, logger *slog.Logger, now f
 	logger.WarnContext(msg.Context(), "millrace: message dead-lettered",
 		slog.String("message_uuid", msg.UUID), slog.String("reason", string(reason)),
 		slog.Int("attempts", rec.Attempts), slog.String("error", rec.LastError))
+	if cfg.OnDeadLetter != nil {
+		deadLettered(cfg.OnDeadLetter, logger, msg, DeadLetterEvent{Record: rec, Err: cause})
+	}
 	return nil, nil
+}
+
+// deadLettered calls the OnDeadLetter hook; apart from poisonFailed to keep its frame small.
+func deadLettered(hook OnDeadLetterFunc, logger *slog.Logger, msg *message.Message, ev DeadLetterEvent) {
+	ctx := msg.Context()
+	callHook(ctx, logger, "OnDeadLetter", msg.UUID, func() { hook(ctx, msg, ev) })
 }
 
 // poisonReason returns why err makes its message poison, the handler's own error and, for an

@@ -27,6 +27,14 @@ type RetryConfig struct {
 	Logger *slog.Logger
 	// Now returns the current time. Default: time.Now.
 	Now func() time.Time
+	// OnRetry, when set, is called once for every retry, after the adapter's ScheduleRetry
+	// returned nil (never when it failed: the original is then nacked, not acknowledged, and
+	// the next delivery decides again). It runs on the message's goroutine, after the log line
+	// and (for millrace.NackOriginal) the nack, and before Retry returns: a slow hook delays
+	// this message's ack and the Close of the router, so it should be quick (hand slow work,
+	// such as a network call, to a goroutine or queue of its own). A panic in it is recovered
+	// and logged at Error; the message is handled as without the hook. Nil costs nothing.
+	OnRetry OnRetryFunc
 }
 
 // Validate checks the policy.
@@ -76,7 +84,8 @@ func retryFailed(s RetryScheduler, cfg *RetryConfig, logger *slog.Logger, now fu
 			delay = min(delay, cfg.MaxDelay)
 		}
 	}
-	disp, serr := s.ScheduleRetry(ctx, msg, millrace.RetryRequest{Attempt: a, Delay: delay, Err: oe.Err, FailedAt: now()})
+	failedAt := now()
+	disp, serr := s.ScheduleRetry(ctx, msg, millrace.RetryRequest{Attempt: a, Delay: delay, Err: oe.Err, FailedAt: failedAt})
 	if serr != nil {
 		return nil, retryPublishFailed(serr, a.Number, oe.Err)
 	}
@@ -89,7 +98,15 @@ func retryFailed(s RetryScheduler, cfg *RetryConfig, logger *slog.Logger, now fu
 		// router's own Ack after a nil return is then a no-op.
 		msg.Nack()
 	}
+	if cfg.OnRetry != nil {
+		retried(ctx, cfg.OnRetry, logger, msg, RetryEvent{Attempt: a, Delay: delay, Err: oe.Err, FailedAt: failedAt})
+	}
 	return nil, nil
+}
+
+// retried calls the OnRetry hook; apart from retryFailed for the frame, as retryPublishFailed.
+func retried(ctx context.Context, hook OnRetryFunc, logger *slog.Logger, msg *message.Message, ev RetryEvent) {
+	callHook(ctx, logger, "OnRetry", msg.UUID, func() { hook(ctx, msg, ev) })
 }
 
 // retryPublishFailed and logRetryScheduled keep their argument lists off retryFailed's frame:

@@ -28,6 +28,19 @@ type Config struct {
 	Logger *slog.Logger
 	// CloseTimeout is how long Close waits for running handlers. Default 30 s.
 	CloseTimeout time.Duration
+	// OnRetry, when set, is called once for every retry scheduled, with the attempt that
+	// failed, the delay and the error, after the adapter confirmed the retry (never when
+	// scheduling failed: the original is then not acknowledged). See RetryEvent and
+	// middleware.RetryConfig.OnRetry: it runs on the handler's goroutine before the message's
+	// ack and should be quick; a panic in it is recovered and logged.
+	OnRetry OnRetryFunc
+	// OnDeadLetter, when set, is called once for every dead letter written (exhausted,
+	// malformed, and discarded when DeadLetterDiscards is on), with the record as written and
+	// the error, after the adapter confirmed the write (never when it failed: the original is
+	// then not acknowledged). See DeadLetterEvent and middleware.PoisonConfig.OnDeadLetter: it
+	// runs on the handler's goroutine before the message's ack and should be quick; a panic in
+	// it is recovered and logged.
+	OnDeadLetter OnDeadLetterFunc
 }
 
 // Validate checks every field and the policy against the adapter's capabilities.

@@ -17,10 +17,12 @@ func Stack(cfg Config) ([]message.HandlerMiddleware, error) {
 	return []message.HandlerMiddleware{
 		middleware.Poison(cfg.Adapter, middleware.PoisonConfig{
 			Broker: caps.Broker, DeadLetterDiscards: cfg.DeadLetterDiscards, Logger: cfg.Logger,
+			OnDeadLetter: cfg.OnDeadLetter,
 		}),
 		middleware.Attempt(cfg.Adapter, cfg.Policy),
 		middleware.Retry(cfg.Adapter, middleware.RetryConfig{
 			Policy: cfg.Policy, MaxDelay: caps.MaxDelay, Logger: cfg.Logger,
+			OnRetry: cfg.OnRetry,
 		}),
 		middleware.Classify(cfg.Classifier),
 		middleware.Budget(cfg.Budget),
