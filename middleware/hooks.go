@@ -34,8 +34,9 @@ type DeadLetterEvent struct {
 	// DeadLetterDiscards is on), Attempts, LastError and the rest of the failure context.
 	Record deadletter.Record
 	// Err is the error that made the message poison, whole (Record.LastError is its text,
-	// truncated): the handler's error on the last attempt, the Malformed or Discard cause, or,
-	// for a delivery that arrived past MaxAttempts, the *millrace.ExhaustedError.
+	// truncated): the handler's error on the last attempt or the Malformed or Discard cause,
+	// without the OutcomeError or ExhaustedError around it (Record.Reason says which); for a
+	// delivery that arrived past MaxAttempts, an error saying the handler was not called.
 	Err error
 }
 
