@@ -136,3 +136,54 @@ func ExampleStack() {
 	// attempt 1, previous error ""
 	// attempt 2, previous error "panic: nil map"
 }
+
+// Config.OnRetry and Config.OnDeadLetter report every retry and every dead letter, for alerting
+// and audit, once the adapter has written it: here one message fails once and succeeds, one
+// fails every attempt and is dead-lettered.
+func ExampleConfig_hooks() {
+	a, err := memory.New(memory.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer a.Close()
+	r, err := router.New(router.Config{
+		Adapter: a,
+		Policy:  millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(10 * time.Millisecond)},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnRetry: func(_ context.Context, msg *message.Message, ev router.RetryEvent) {
+			fmt.Printf("retry %s: attempt %d of %d failed (%v), next in %s\n",
+				msg.UUID, ev.Attempt.Number, ev.Attempt.MaxAttempts, ev.Err, ev.Delay)
+		},
+		OnDeadLetter: func(_ context.Context, msg *message.Message, ev router.DeadLetterEvent) {
+			fmt.Printf("dead letter %s: %s after %d attempts (%v)\n", msg.UUID, ev.Record.Reason, ev.Record.Attempts, ev.Err)
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	r.Handle("charge", "payments", func(_ context.Context, msg *message.Message, at millrace.Attempt) error {
+		switch {
+		case string(msg.Payload) == "flaky" && at.Number == 1:
+			return errors.New("gateway timeout")
+		case string(msg.Payload) == "declined":
+			return errors.New("card declined")
+		}
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = r.Run(ctx) }()
+	<-r.Running()
+	for _, payload := range []string{"ok", "flaky", "declined"} {
+		if err := a.Publish("payments", message.NewMessage(payload+"-id", []byte(payload))); err != nil {
+			panic(err)
+		}
+		settle(a, "payments")
+	}
+	_ = r.Close()
+	// Output:
+	// retry flaky-id: attempt 1 of 3 failed (gateway timeout), next in 10ms
+	// retry declined-id: attempt 1 of 3 failed (card declined), next in 10ms
+	// retry declined-id: attempt 2 of 3 failed (card declined), next in 10ms
+	// dead letter declined-id: exhausted after 3 attempts (card declined)
+}
