@@ -80,14 +80,17 @@ func poisonFailed(dl DeadLetterer, cfg *PoisonConfig, logger *slog.Logger, now f
 		slog.String("message_uuid", msg.UUID), slog.String("reason", string(reason)),
 		slog.Int("attempts", rec.Attempts), slog.String("error", rec.LastError))
 	if cfg.OnDeadLetter != nil {
-		deadLettered(cfg.OnDeadLetter, logger, msg, DeadLetterEvent{Record: rec, Err: cause})
+		deadLettered(cfg.OnDeadLetter, logger, msg, &rec, cause)
 	}
 	return nil, nil
 }
 
-// deadLettered calls the OnDeadLetter hook; apart from poisonFailed to keep its frame small.
-func deadLettered(hook OnDeadLetterFunc, logger *slog.Logger, msg *message.Message, ev DeadLetterEvent) {
+// deadLettered calls the OnDeadLetter hook. It takes the record by pointer and builds the
+// event itself, so that poisonFailed's frame (on the stack while the adapter writes the dead
+// letter) stays as it was without hooks.
+func deadLettered(hook OnDeadLetterFunc, logger *slog.Logger, msg *message.Message, rec *deadletter.Record, cause error) {
 	ctx := msg.Context()
+	ev := DeadLetterEvent{Record: *rec, Err: cause}
 	callHook(ctx, logger, "OnDeadLetter", msg.UUID, func() { hook(ctx, msg, ev) })
 }
 

@@ -99,13 +99,17 @@ func retryFailed(s RetryScheduler, cfg *RetryConfig, logger *slog.Logger, now fu
 		msg.Nack()
 	}
 	if cfg.OnRetry != nil {
-		retried(ctx, cfg.OnRetry, logger, msg, RetryEvent{Attempt: a, Delay: delay, Err: oe.Err, FailedAt: failedAt})
+		retried(ctx, cfg.OnRetry, logger, msg, &a, delay, oe.Err, failedAt)
 	}
 	return nil, nil
 }
 
-// retried calls the OnRetry hook; apart from retryFailed for the frame, as retryPublishFailed.
-func retried(ctx context.Context, hook OnRetryFunc, logger *slog.Logger, msg *message.Message, ev RetryEvent) {
+// retried calls the OnRetry hook. It takes the attempt by pointer and builds the event itself,
+// for the reason given at retryPublishFailed: retryFailed's frame is on the stack while the
+// adapter schedules the retry.
+func retried(ctx context.Context, hook OnRetryFunc, logger *slog.Logger, msg *message.Message,
+	a *millrace.Attempt, delay time.Duration, cause error, failedAt time.Time) {
+	ev := RetryEvent{Attempt: *a, Delay: delay, Err: cause, FailedAt: failedAt}
 	callHook(ctx, logger, "OnRetry", msg.UUID, func() { hook(ctx, msg, ev) })
 }
 
