@@ -35,8 +35,9 @@ type PoisonConfig struct {
 	// nacked, not acknowledged, and delivered again). It runs on the message's goroutine, after
 	// the log line and before Poison returns: a slow hook delays this message's ack and the
 	// Close of the router, so it should be quick (hand slow work to a goroutine or queue of its
-	// own). A panic in it is recovered and logged at Error; the message is handled as without
-	// the hook. Nil costs nothing.
+	// own). Its ctx is the message's context, without the handler's Budget deadline. A panic in
+	// it is recovered and logged at Error; the message is handled as without the hook. Nil
+	// costs nothing.
 	OnDeadLetter OnDeadLetterFunc
 }
 

@@ -32,8 +32,9 @@ type RetryConfig struct {
 	// the next delivery decides again). It runs on the message's goroutine, after the log line
 	// and (for millrace.NackOriginal) the nack, and before Retry returns: a slow hook delays
 	// this message's ack and the Close of the router, so it should be quick (hand slow work,
-	// such as a network call, to a goroutine or queue of its own). A panic in it is recovered
-	// and logged at Error; the message is handled as without the hook. Nil costs nothing.
+	// such as a network call, to a goroutine or queue of its own). Its ctx is the message's
+	// context, without the handler's Budget deadline. A panic in it is recovered and logged at
+	// Error; the message is handled as without the hook. Nil costs nothing.
 	OnRetry OnRetryFunc
 }
 
