@@ -22,6 +22,9 @@
 #     without its node file, slots unassigned, a node that forgot its peers): on each of its
 #     ports on 127.0.0.1 it runs FLUSHALL and CLUSTER RESET HARD (the test data is lost), and
 #     creates the cluster again.
+# It creates or resets only nodes it started itself: a node whose CONFIG GET dir is not its
+# own /tmp/millrace-redis-cluster/<port>, or that is not cluster-enabled (a Redis of yours on
+# one of the ports), makes it stop with a message before it writes anything to any node.
 # Then it waits up to 30 s for cluster_state:ok on every node.
 #
 # cluster-node-timeout is 2000 ms so that a test that stops a node sees the cluster fail and
@@ -86,6 +89,17 @@ millrace_redis_cluster_start() {
 		done
 		if ! redis-cli -h 127.0.0.1 -p "$p" ping >/dev/null 2>&1; then
 			echo "redis-cluster.sh: 127.0.0.1:$p does not answer PING; log $base/$p/redis.log" >&2
+			return 1
+		fi
+	done
+
+	# Never create or reset a node this script did not start: its data directory is the
+	# script's own, and it runs with cluster support.
+	local dir
+	for p in "${portlist[@]}"; do
+		dir="$(redis-cli -h 127.0.0.1 -p "$p" config get dir 2>/dev/null | tr -d '\r' | sed -n 2p)"
+		if [ "$dir" != "$base/$p" ] || [ "$(redis-cli -h 127.0.0.1 -p "$p" info cluster 2>/dev/null | tr -d '\r' | sed -n 's/^cluster_enabled://p')" != 1 ]; then
+			echo "redis-cluster.sh: 127.0.0.1:$p is a Redis this script did not start (dir ${dir:-unknown}, want $base/$p, cluster-enabled): not touching it; stop it or set MILLRACE_REDIS_CLUSTER_PORTS to free ports" >&2
 			return 1
 		fi
 	done
