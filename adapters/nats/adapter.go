@@ -169,12 +169,39 @@ func (a *Adapter) ensureStream(ctx context.Context, subject string) error {
 	return nil
 }
 
+// ensureConsumer creates or updates the durable consumer of subject with ConsumerConfig,
+// keeping the max_request_batch an operator set on an existing consumer (the adapter's
+// configuration has none, and an update without it would clear it).
 func (a *Adapter) ensureConsumer(ctx context.Context, subject string) (jetstream.Consumer, error) {
+	return a.ensureConsumerFrom(ctx, subject, 0)
+}
+
+// ensureConsumerFrom is ensureConsumer; when the consumer does not exist and from is above 0,
+// it is created to deliver from stream sequence from (DeliverByStartSequence) instead of the
+// stream's first message. An existing consumer keeps its deliver policy (JetStream refuses to
+// change it), so a subscription joins a consumer another one created again first.
+func (a *Adapter) ensureConsumerFrom(ctx context.Context, subject string, from uint64) (jetstream.Consumer, error) {
 	if err := a.ensureStream(ctx, subject); err != nil {
 		return nil, err
 	}
 	name := a.cfg.StreamName(subject)
-	c, err := a.js.CreateOrUpdateConsumer(ctx, name, a.ConsumerConfig(subject))
+	cfg := a.ConsumerConfig(subject)
+	existing, err := a.js.Consumer(ctx, name, cfg.Durable)
+	switch {
+	case err == nil:
+		cur := existing.CachedInfo().Config
+		cfg.MaxRequestBatch = cur.MaxRequestBatch
+		if from > 0 {
+			cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = cur.DeliverPolicy, cur.OptStartSeq, cur.OptStartTime
+		}
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		if from > 0 {
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+		}
+	default:
+		return nil, fmt.Errorf("nats: consumer %s on stream %s: %w", a.cfg.Durable, name, err)
+	}
+	c, err := a.js.CreateOrUpdateConsumer(ctx, name, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("nats: consumer %s on stream %s: %w", a.cfg.Durable, name, err)
 	}

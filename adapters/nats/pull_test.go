@@ -405,7 +405,40 @@ func TestWindowAboveMaxRequestBatch(t *testing.T) {
 		t.Fatalf("Window 8 on a consumer with max_request_batch 4: %v, want a ConfigError naming Window and the limit", err)
 	}
 
-	// Subscribe sets the adapter's consumer configuration (no limit); the limit comes after.
+	// Subscribe refuses Window 8 on the limited consumer and leaves its limit alone. It used
+	// to update the consumer with the adapter's configuration first, which cleared the limit
+	// (max_request_batch 0), so the check read 0 and never refused.
+	refused := a.Subscriber()
+	defer func() { _ = refused.Close() }()
+	if _, err := refused.Subscribe(ctx, subject); !errors.As(err, &ce) || ce.Field != "nats.Config.Window" || !strings.Contains(ce.Rule, "max_request_batch (4)") {
+		t.Fatalf("Subscribe with Window 8 on a consumer with max_request_batch 4: %v, want a ConfigError naming Window and the limit", err)
+	}
+	if info, err := a.js.Consumer(ctx, a.cfg.StreamName(subject), cfg.Durable); err != nil {
+		t.Fatal(err)
+	} else if mrb := info.CachedInfo().Config.MaxRequestBatch; mrb != 4 {
+		t.Fatalf("the consumer's max_request_batch is %d after Subscribe, want the operator's 4", mrb)
+	}
+	// Window 4 fits the limit: Subscribe works, the limit stays.
+	cfg4 := cfg
+	cfg4.Window = 4
+	a4 := newTestAdapter(t, cfg4)
+	sub4 := a4.Subscriber()
+	if _, err := sub4.Subscribe(ctx, subject); err != nil {
+		t.Fatalf("Subscribe with Window 4 on a consumer with max_request_batch 4: %v", err)
+	}
+	if info, err := a.js.Consumer(ctx, a.cfg.StreamName(subject), cfg.Durable); err != nil {
+		t.Fatal(err)
+	} else if mrb := info.CachedInfo().Config.MaxRequestBatch; mrb != 4 {
+		t.Fatalf("the consumer's max_request_batch is %d after Subscribe with Window 4, want 4", mrb)
+	}
+	_ = sub4.Close()
+
+	// Without a limit Subscribe works; the limit comes after.
+	unlimited := limited
+	unlimited.MaxRequestBatch = 0
+	if _, err := a.js.UpdateConsumer(ctx, a.cfg.StreamName(subject), unlimited); err != nil {
+		t.Fatal(err)
+	}
 	sub := a.Subscriber()
 	defer func() { _ = sub.Close() }()
 	ch, err := sub.Subscribe(ctx, subject)
