@@ -19,10 +19,24 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// errSilentPath is returned, instead of writing, by a connection the guard condemned. It wraps
-// io.EOF, so go-redis treats it like a connection Redis closed: it discards the connection and
-// retries the command on another (nothing was sent, so a retry is safe).
-var errSilentPath = fmt.Errorf("redis connection dropped: another connection to the same Redis timed out waiting for a reply, and this one has not answered since: %w", io.EOF)
+// ErrNotSent is (wrapped in) the error a guarded connection returns, instead of writing, when
+// the guard has condemned it and no byte of the request being written has reached the network:
+// the command surely did not run, so it is safe to send again, even one that must not run
+// twice (redisretry.NotRun accepts it). It wraps io.EOF, which go-redis's own retry logic
+// (shouldRetry) recognises as a connection Redis closed: go-redis discards the connection and,
+// for a command it may retry, sends it again on another. A command sent with go-redis's retries
+// off (redisretry.Once) gets this error back at once, and its caller sends it again.
+var ErrNotSent = fmt.Errorf("redis request not sent: %w", io.EOF)
+
+// errSilentPath is the error of a refused write that sent nothing (errors.Is ErrNotSent and
+// io.EOF).
+var errSilentPath = fmt.Errorf("redis connection dropped: another connection to the same Redis timed out waiting for a reply, and this one has not answered since: %w", ErrNotSent)
+
+// errSilentPathPartial is the error of a refused write after part of the request was written
+// (go-redis wrote it in several pieces and the connection was condemned in between): it wraps
+// io.EOF but not ErrNotSent, since what was written reached Redis and nothing says it did not
+// run.
+var errSilentPathPartial = fmt.Errorf("redis connection dropped part-way through a request: another connection to the same Redis timed out waiting for a reply, and this one has not answered since: %w", io.EOF)
 
 // connGuard is a go-redis hook that gets a client past a silent connection loss quickly.
 //
@@ -42,7 +56,8 @@ var errSilentPath = fmt.Errorf("redis connection dropped: another connection to 
 // awaited marks the address silent as of that moment, and every connection to that address
 // that has received nothing since is condemned: an idle one is closed at once (go-redis's pool
 // check then discards it without using up a command's retries), and any one refuses its next
-// write with errSilentPath. Connections that answer after the timeout are kept, and so are read
+// write (or the write deadline go-redis sets before it) with ErrNotSent, or, part-way through
+// a request, with a plain io.EOF. Connections that answer after the timeout are kept, and so are read
 // timeouts with no request outstanding (a PubSub connection waiting for messages). A command
 // that is merely slow costs the idle connections a reconnect, nothing more.
 //
@@ -50,8 +65,10 @@ var errSilentPath = fmt.Errorf("redis connection dropped: another connection to 
 // client's own hooks, so Install puts the guard on every node client instead (see Install).
 //
 // Known limits: over TLS go-redis's pool check cannot see a closed connection, so a condemned
-// idle one still costs a command one of its retries (errSilentPath) instead of being discarded
-// unused; and a connection that is reading without a request of its own outstanding (a PubSub
+// idle one is handed to a command, which it refuses with ErrNotSent: go-redis sends the command
+// again on another connection, using up one of its retries, or, for a command with go-redis's
+// retries off (redisretry.Once), returns the error, and the caller's loop sends it again on
+// redisretry.NotRun; and a connection that is reading without a request of its own outstanding (a PubSub
 // connection of the same client, or one part-way through a large reply) is condemned like an
 // idle one, so a PubSub subscriber on a shared client reconnects after another command's
 // timeout and misses what was published meanwhile.
@@ -249,11 +266,35 @@ func (c *guardedConn) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// Write refuses to send on a condemned connection, or on one not heard from since its address
-// went silent.
-func (c *guardedConn) Write(b []byte) (int, error) {
+// refused reports whether the connection is condemned or was not heard from since its address
+// went silent, and then condemns it.
+func (c *guardedConn) refused() bool {
 	if c.condemned.Load() || c.heard.Load() < c.path.silentAt.Load() {
 		c.condemn()
+		return true
+	}
+	return false
+}
+
+// SetWriteDeadline refuses a condemned connection (see refused) with ErrNotSent: go-redis sets
+// the write deadline before it writes a request, so nothing of it was written. Without this the
+// closed connection's own error (net.ErrClosed) would come first, which says nothing of whether
+// the request was sent.
+func (c *guardedConn) SetWriteDeadline(t time.Time) error {
+	if c.refused() {
+		return errSilentPath
+	}
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// Write refuses to send on a condemned connection, or on one not heard from since its address
+// went silent: with ErrNotSent when nothing was written since the last reply began to arrive
+// (awaiting is false: this is the request's first piece), else with errSilentPathPartial.
+func (c *guardedConn) Write(b []byte) (int, error) {
+	if c.refused() {
+		if c.awaiting.Load() {
+			return 0, errSilentPathPartial
+		}
 		return 0, errSilentPath
 	}
 	c.awaiting.Store(true)

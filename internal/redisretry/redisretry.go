@@ -9,16 +9,19 @@
 //     may run twice with no harm (XACK).
 //   - NotRun: did the try that returned the error surely not run? A transient reply (the server
 //     refused it: TransientReply), a connection that could not be opened (a refused or failed
-//     dial), or an exhausted pool. go-redis returns only its last try's error, and it retries by
+//     dial), an exhausted pool, or a condemned connection that wrote none of the request
+//     (redisguard.ErrNotSent). go-redis returns only its last try's error, and it retries by
 //     itself (Options.MaxRetries, ClusterOptions.MaxRedirects): an earlier try may have been
 //     written and run, its reply lost (EOF), before a later try met a refused dial. So NotRun
 //     is enough only for a command whose repeat is harmless by construction (an owner-checked
 //     script that writes nothing the second time, SET NX of a unique owner that the caller
 //     recognises as its own).
 //   - Once: did no try run at all? For a command wrapped by Once (or a script run through
-//     Scripter) NotRun says so on any client: go-redis then follows only redirections
-//     and READONLY (replies of commands that did not run) and redials, and never sends it
-//     again after a failure that may have left it run. That is what a command that is not
+//     Scripter) NotRun says so on any client: a plain client then returns its first try's
+//     failure at once, a refused dial included (it does not redial); a cluster client follows
+//     only redirections and READONLY (replies of commands that did not run) and re-dials a
+//     node it could not reach; neither sends it again after a failure that may have left it
+//     run. That is what a command that is not
 //     safe to run twice (XADD, an owner-checked DEL) needs before it is sent again.
 package redisretry
 
@@ -29,6 +32,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/millrace/millrace/internal/redisguard"
 )
 
 // TransientReply reports whether err is (or wraps) a server reply on client c that says "not
@@ -72,11 +77,12 @@ func isCluster(c redis.UniversalClient) bool {
 
 // NotRun reports whether the try of a command on c that returned err surely did not run: a
 // transient reply (TransientReply), a connection that could not be opened (a refused or failed
-// dial) or an exhausted pool (redis.ErrPoolTimeout). It says nothing of go-redis's earlier
+// dial), an exhausted pool (redis.ErrPoolTimeout), or a connection the guard condemned that
+// refused to write any of the request (redisguard.ErrNotSent). It says nothing of go-redis's earlier
 // tries of the same call: go-redis returns only its last try's error, so NotRun settles that
 // a command did not run only for a command sent through Once.
 func NotRun(c redis.UniversalClient, err error) bool {
-	if TransientReply(c, err) || errors.Is(err, redis.ErrPoolTimeout) {
+	if TransientReply(c, err) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redisguard.ErrNotSent) {
 		return true
 	}
 	var op *net.OpError
