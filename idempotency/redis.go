@@ -45,7 +45,10 @@ type RedisStore struct {
 	sentMs  string
 }
 
-// NewRedisStore returns a store on client; it performs no I/O and fails only on invalid options.
+// NewRedisStore returns a store on client; it fails only on invalid options. It performs no
+// I/O, except on a *redis.ClusterClient: one CLUSTER SLOTS round trip, bounded by 2 s and its
+// error ignored, to find the node clients the client has already, so that the dial hook below
+// goes on them.
 // The caller owns client and closes it. It adds a dial hook to client that drops dead pooled
 // connections after a silent connection loss (see Connection loss in the package
 // documentation); the hook serves the client's other users too.

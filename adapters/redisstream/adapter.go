@@ -49,8 +49,10 @@ type Adapter struct {
 
 var _ millrace.Adapter = (*Adapter)(nil)
 
-// New validates cfg and returns an adapter. It performs no I/O: an unreachable Redis shows up
-// at the first Provision, Subscribe or Publish. It adds a dial hook to the client (its own, or
+// New validates cfg and returns an adapter. It performs no I/O, except on a cluster client
+// (Config.Client a *redis.ClusterClient): one CLUSTER SLOTS round trip, bounded by 2 s, to find
+// the node clients it has already, so that the dial hook goes on them; an error there is
+// ignored. An unreachable Redis shows up at the first Provision, Subscribe or Publish. It adds a dial hook to the client (its own, or
 // Config.Client) that drops dead pooled connections together after a silent connection loss;
 // see Connection loss in the package documentation.
 func New(cfg Config) (*Adapter, error) {

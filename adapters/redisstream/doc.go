@@ -171,7 +171,11 @@
 //     client, however many adapters and stores share it): once a request to an address times
 //     out, every connection to that address that has not received anything since is dropped
 //     instead of waiting out its own timeout (idle ones at once, so that go-redis's pool
-//     discards them unused) and go-redis dials fresh ones. Read timeouts with no request
+//     discards them unused) and go-redis dials fresh ones. Over TLS go-redis's pool cannot see
+//     that an idle connection was dropped and hands it to a command, which it refuses before
+//     writing any of it (redisguard.ErrNotSent): go-redis sends the command again on another
+//     connection, using up one of its retries, and an XADD (sent with go-redis's retries off)
+//     comes back to the adapter, which sends it again as a try that did not run. Read timeouts with no request
 //     outstanding (a PubSub connection waiting for messages) do not count. The hook applies to
 //     the client's other users too; for them a merely slow command costs the idle connections
 //     a reconnect.
@@ -186,7 +190,8 @@
 //     PublishNative, the dead-letter XADD) is sent with go-redis's own retries off and sent
 //     again, for up to ProcessingBudget, only when no try can have run: a transient reply
 //     (CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN, READONLY, NOREPLICAS, max clients; MOVED/ASK
-//     on a cluster client), a refused dial, an exhausted pool. A connection lost with the XADD
+//     on a cluster client), a refused dial, an exhausted pool, a connection the hook dropped
+//     that wrote none of the XADD (redisguard.ErrNotSent). A connection lost with the XADD
 //     on it is returned: the entry may have been appended, and a caller that publishes again
 //     may append it twice (for the dead-letter XADD the entry stays pending: at worst a second
 //     dead letter, never a lost one). The owner-checked retry and dead-letter scripts keep
@@ -250,7 +255,8 @@
 //     AOF appendfsync always; SIGKILL of a master that does not own the stream, then of the
 //     owner, each started again): the cluster reports fail 2.8 to 3.8 s later and every node
 //     answers CLUSTERDOWN until it is whole again, 4.0 to 4.7 s after the restart. go-redis
-//     retries that reply for about 100 ms only; the adapter keeps retrying it (acks, retry and
+//     retries that reply for about 100 ms only, and an XADD (sent with its retries off) not at
+//     all; the adapter keeps retrying it (acks, retry and
 //     dead-letter writes, Publish), so nothing is lost, no Publish fails, no success is
 //     dead-lettered and no handler runs twice (MinIdle 8 s). Handling resumes 1 to 170 ms
 //     after the cluster is ok again, 7 to 8 s after the kill. Last run: 1723 messages, 0
