@@ -173,16 +173,18 @@ func (a *Adapter) ensureStream(ctx context.Context, subject string) error {
 // keeping the max_request_batch an operator set on an existing consumer (the adapter's
 // configuration has none, and an update without it would clear it).
 func (a *Adapter) ensureConsumer(ctx context.Context, subject string) (jetstream.Consumer, error) {
-	return a.ensureConsumerFrom(ctx, subject, 0)
+	c, _, err := a.ensureConsumerFrom(ctx, subject, 0)
+	return c, err
 }
 
 // ensureConsumerFrom is ensureConsumer; when the consumer does not exist and from is above 0,
 // it is created to deliver from stream sequence from (DeliverByStartSequence) instead of the
 // stream's first message. An existing consumer keeps its deliver policy (JetStream refuses to
-// change it), so a subscription joins a consumer another one created again first.
-func (a *Adapter) ensureConsumerFrom(ctx context.Context, subject string, from uint64) (jetstream.Consumer, error) {
+// change it), so a subscription joins a consumer another one created again first. created
+// reports that the consumer did not exist before.
+func (a *Adapter) ensureConsumerFrom(ctx context.Context, subject string, from uint64) (c jetstream.Consumer, created bool, err error) {
 	if err := a.ensureStream(ctx, subject); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	name := a.cfg.StreamName(subject)
 	cfg := a.ConsumerConfig(subject)
@@ -195,17 +197,18 @@ func (a *Adapter) ensureConsumerFrom(ctx context.Context, subject string, from u
 			cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = cur.DeliverPolicy, cur.OptStartSeq, cur.OptStartTime
 		}
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		created = true
 		if from > 0 {
 			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
 		}
 	default:
-		return nil, fmt.Errorf("nats: consumer %s on stream %s: %w", a.cfg.Durable, name, err)
+		return nil, false, fmt.Errorf("nats: consumer %s on stream %s: %w", a.cfg.Durable, name, err)
 	}
-	c, err := a.js.CreateOrUpdateConsumer(ctx, name, cfg)
+	c, err = a.js.CreateOrUpdateConsumer(ctx, name, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("nats: consumer %s on stream %s: %w", a.cfg.Durable, name, err)
+		return nil, false, fmt.Errorf("nats: consumer %s on stream %s: %w", a.cfg.Durable, name, err)
 	}
-	return c, nil
+	return c, created, nil
 }
 
 // DecodeAttempt reads the attempt from JetStream's delivery metadata: Number and NativeCount

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/internal/satmath"
 )
 
 // fetchRetrySleep is the pause after a failed pull request or consumer lookup.
@@ -24,6 +25,68 @@ const fetchRetrySleep = 250 * time.Millisecond
 
 // consumerTimeout bounds the re-creation of a consumer the server said is gone.
 const consumerTimeout = 5 * time.Second
+
+// recreateMin and recreateMax bound the pause between two re-creations of a consumer the
+// server keeps saying is gone (a JetStream outage answers every pull request with 503): the
+// first goes at once, the next after recreateMin, doubling up to recreateMax. A delivery on
+// the current inbox (the consumer works) starts the sequence again.
+const (
+	recreateMin = 250 * time.Millisecond
+	recreateMax = 5 * time.Second
+)
+
+// logEvery is the least time between two log lines of one kind a subscription repeats (a
+// consumer gone, a refused pull request); the next line counts those left out meanwhile.
+const logEvery = 5 * time.Second
+
+// backoff is the pause before each next attempt: 0, then min doubling up to max.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+// next returns the pause before the next attempt.
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+		return 0
+	}
+	d := b.cur
+	b.cur = min(satmath.Mul(2, b.cur), b.max)
+	return d
+}
+
+// reset makes the next attempt go at once.
+func (b *backoff) reset() { b.cur = 0 }
+
+// logThrottle lets one log line of a kind through per every.
+type logThrottle struct {
+	every      time.Duration
+	last       time.Time
+	suppressed int
+}
+
+// allow reports whether a line may be logged at now, and how many were left out since the
+// last one.
+func (t *logThrottle) allow(now time.Time) (left int, ok bool) {
+	if !t.last.IsZero() && now.Sub(t.last) < t.every {
+		t.suppressed++
+		return 0, false
+	}
+	left, t.suppressed, t.last = t.suppressed, 0, now
+	return left, true
+}
+
+// seqMax is the highest stream sequence a subscription acknowledged, 0 before the first.
+type seqMax struct{ v atomic.Uint64 }
+
+func (m *seqMax) raise(seq uint64) {
+	for {
+		cur := m.v.Load()
+		if seq <= cur || m.v.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
+}
 
 // pullExpiry is how long one pull request of a subscription waits on the server for messages,
 // and pullHeartbeat the idle heartbeat the server sends on an open request meanwhile (NATS 2.9
@@ -95,6 +158,7 @@ type subscriber struct {
 type pullState struct {
 	inbox     atomic.Pointer[string] // the current pull inbox
 	maxQueued atomic.Int64           // the longest the queue has been
+	recreates atomic.Int64           // re-creations of the consumer attempted
 }
 
 func (s *subscriber) pullState(topic string) *pullState {
@@ -190,8 +254,11 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 	next := jetstream.DefaultAPIPrefix + "CONSUMER.MSG.NEXT." + info.Stream + "." + info.Name
 	slots := make(chan struct{}, cfg.Window) // one token per message in flight
 	var inflight sync.WaitGroup
+	var acked seqMax      // the highest stream sequence this subscription acknowledged
+	var bg sync.WaitGroup // a re-creation or a limit check under way
 	defer func() {
 		inflight.Wait()
+		bg.Wait()
 		close(out)
 	}()
 
@@ -301,8 +368,35 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 	defer idle.Stop()
 	connected := true
 	var forged, overflow int // messages dropped: not the consumer's; given back beyond the window
+
+	// The consumer gone: no pull requests until it was created again. The re-creation and the
+	// check of a refusal for max_request_batch run beside the loop (one of each at a time), so
+	// it goes on handing out what is queued and reading arrivals meanwhile.
+	type recreation struct {
+		cons    jetstream.Consumer
+		created bool
+		from    uint64
+		err     error
+	}
+	var gone, recreating, checking bool
+	var recreateAt <-chan time.Time
+	recreated := make(chan recreation, 1)
+	checked := make(chan error, 1)
+	bo := backoff{min: recreateMin, max: recreateMax}
+	goneLog := logThrottle{every: logEvery}
+	failLog := logThrottle{every: logEvery}
+	refusedLog := logThrottle{every: logEvery}
+	scheduleRecreate := func() {
+		if d := bo.next(); d > 0 {
+			recreateAt = time.After(d)
+		} else {
+			c := make(chan time.Time, 1)
+			c <- time.Time{}
+			recreateAt = c
+		}
+	}
 	for {
-		if n := count.want(len(queue)); retry == nil && n > 0 {
+		if n := count.want(len(queue)); retry == nil && !gone && n > 0 {
 			if err := publishPull(nc, next, inbox, n); err != nil {
 				cfg.Logger.Warn("nats: pull request failed", "topic", topic, "error", err)
 				retry = time.After(fetchRetrySleep)
@@ -323,6 +417,7 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 			case arriveDelivery, arriveOldDelivery:
 				if k == arriveDelivery {
 					idle.Reset(2 * pullHeartbeat)
+					bo.reset()
 				}
 				if len(queue) >= cfg.Window {
 					// Requests of before a reset delivered too: beyond the window a message
@@ -344,19 +439,79 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 				idle.Reset(2 * pullHeartbeat)
 			case arriveStale:
 			case arriveRefused:
-				if s.requestBatchRefused(ctx, topic, cons, m) {
-					return
+				if !checking && requestBatchRefusal(m) {
+					checking = true
+					bg.Add(1)
+					go func(cons jetstream.Consumer) {
+						defer bg.Done()
+						checked <- s.requestBatchCheck(ctx, cons)
+					}(cons)
 				}
-				cfg.Logger.Warn("nats: pull request ended by the server; pulling again", "topic", topic,
-					"status", m.Header.Get("Status"), "description", m.Header.Get("Description"))
+				if left, ok := refusedLog.allow(time.Now()); ok {
+					cfg.Logger.Warn("nats: pull request ended by the server; pulling again", "topic", topic,
+						"status", m.Header.Get("Status"), "description", m.Header.Get("Description"), "repeated", left)
+				}
 				newInbox("a refused pull request")
 				retry = time.After(fetchRetrySleep)
 			case arriveConsumerGone:
-				if !s.consumerGone(ctx, topic, m) {
+				if left, ok := goneLog.allow(time.Now()); ok {
+					cfg.Logger.Warn("nats: the durable consumer is gone; creating it again", "topic", topic, "durable", cfg.Durable,
+						"status", m.Header.Get("Status"), "description", m.Header.Get("Description"), "repeated", left)
+				}
+				if !gone {
+					gone = true
+					if !recreating && recreateAt == nil {
+						scheduleRecreate()
+					}
+				}
+			}
+		case <-recreateAt:
+			recreateAt = nil
+			recreating = true
+			state.recreates.Add(1)
+			var from uint64
+			if n := acked.v.Load(); n > 0 {
+				from = n + 1
+			}
+			bg.Add(1)
+			go func() {
+				defer bg.Done()
+				cctx, cancel := context.WithTimeout(ctx, consumerTimeout)
+				defer cancel()
+				c, created, err := s.a.ensureConsumerFrom(cctx, topic, from)
+				recreated <- recreation{cons: c, created: created, from: from, err: err}
+			}()
+		case r := <-recreated:
+			recreating = false
+			if ctx.Err() != nil {
+				return
+			}
+			if r.err != nil {
+				if s.recreateRefused(topic, r.err) {
 					return
 				}
-				newInbox("the consumer was created again")
-				retry = time.After(fetchRetrySleep)
+				if left, ok := failLog.allow(time.Now()); ok {
+					cfg.Logger.Warn("nats: creating the durable consumer again failed; trying again", "topic", topic, "durable", cfg.Durable,
+						"error", r.err, "repeated", left)
+				}
+				scheduleRecreate()
+				continue
+			}
+			switch {
+			case r.created && r.from > 0:
+				cfg.Logger.Error("nats: the durable consumer was deleted; created it again from the stream sequence after the last this subscription acknowledged",
+					"topic", topic, "stream", info.Stream, "durable", cfg.Durable, "from_seq", r.from)
+			case r.created:
+				cfg.Logger.Error("nats: the durable consumer was deleted; created it again from the stream's first message (this subscription acknowledged none)",
+					"topic", topic, "stream", info.Stream, "durable", cfg.Durable)
+			}
+			cons, gone = r.cons, false
+			newInbox("the consumer was created again")
+		case err := <-checked:
+			checking = false
+			if err != nil {
+				cfg.Logger.Error("nats: the consumer's max_request_batch is below Window; the subscription ends", "topic", topic, "error", err)
+				return
 			}
 		case free <- struct{}{}:
 			m := queue[0]
@@ -365,7 +520,7 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 			inflight.Add(1)
 			go func() {
 				defer func() { <-slots; inflight.Done() }()
-				s.handOut(ctx, topic, &pulledMsg{m: m, nc: nc}, out)
+				s.handOut(ctx, topic, &pulledMsg{m: m, nc: nc}, out, &acked)
 			}()
 		case <-idle.C:
 			if count.open() { // no message and no heartbeat for two heartbeats: the requests are gone
@@ -395,55 +550,37 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 	}
 }
 
-// requestBatchRefused reports whether m refused a pull request for more than the consumer's
-// max_request_batch, set after Subscribe checked it: every request would be refused, so the
-// subscription ends, with an Error naming the limit.
-func (s *subscriber) requestBatchRefused(ctx context.Context, topic string, cons jetstream.Consumer, m *nats.Msg) bool {
-	if m.Header.Get("Status") != "409" || !strings.Contains(strings.ToLower(m.Header.Get("Description")), "exceeded maxrequestbatch") {
-		return false
-	}
+// requestBatchRefusal reports whether m refused a pull request for more than the
+// consumer's max_request_batch.
+func requestBatchRefusal(m *nats.Msg) bool {
+	return m.Header.Get("Status") == "409" && strings.Contains(strings.ToLower(m.Header.Get("Description")), "exceeded maxrequestbatch")
+}
+
+// requestBatchCheck asks the server for the consumer's max_request_batch after a refusal for
+// exceeding it, and returns the ConfigError when it is now below Window (set after Subscribe
+// checked it): every request would be refused, so the subscription ends. nil when the server
+// could not be asked: the next refusal asks again.
+func (s *subscriber) requestBatchCheck(ctx context.Context, cons jetstream.Consumer) error {
 	cctx, cancel := context.WithTimeout(ctx, consumerTimeout)
 	defer cancel()
 	if _, err := cons.Info(cctx); err != nil {
-		return false // pull again: the next refusal asks again
+		return nil
 	}
-	err := s.a.checkRequestBatch(cons)
-	if err == nil {
-		return false
-	}
-	s.a.cfg.Logger.Error("nats: the consumer's max_request_batch is below Window; the subscription ends", "topic", topic, "error", err)
-	return true
+	return s.a.checkRequestBatch(cons)
 }
 
-// consumerGone creates the subscription's durable consumer again after the server said it
-// is gone (m: 409 Consumer Deleted, or 503 No Responders to a pull request). It returns false
-// when the subscription must end: the server refused to create it (an Error is logged).
-// When the server could not be asked (no answer, JetStream unavailable) it logs and returns
-// true: the next pull request finds out again.
-//
-// A consumer created again delivers from the stream's first message (DeliverAll): what the
-// stream still holds is delivered again, acknowledged or not; nothing is skipped.
-func (s *subscriber) consumerGone(ctx context.Context, topic string, m *nats.Msg) bool {
-	log := s.a.cfg.Logger
-	log.Warn("nats: the durable consumer is gone; creating it again", "topic", topic, "durable", s.a.cfg.Durable,
-		"status", m.Header.Get("Status"), "description", m.Header.Get("Description"))
-	cctx, cancel := context.WithTimeout(ctx, consumerTimeout)
-	defer cancel()
-	_, err := s.a.ensureConsumer(cctx, topic)
-	if err == nil {
-		return true
-	}
-	if ctx.Err() != nil {
-		return true // the subscription ends anyway
-	}
+// recreateRefused reports whether err, from creating the durable consumer again after the
+// server said it is gone (409 Consumer Deleted, or 503 No Responders to a pull request),
+// means the subscription must end: the server refused it (4xx, the stream is gone, say); an
+// Error is logged. Otherwise (no answer, JetStream unavailable) the subscription tries again.
+func (s *subscriber) recreateRefused(topic string, err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500 {
-		log.Error("nats: the durable consumer is gone and the server refused to create it again; the subscription ends",
+		s.a.cfg.Logger.Error("nats: the durable consumer is gone and the server refused to create it again; the subscription ends",
 			"topic", topic, "durable", s.a.cfg.Durable, "error", err)
-		return false
+		return true
 	}
-	log.Warn("nats: creating the durable consumer again failed; trying again", "topic", topic, "durable", s.a.cfg.Durable, "error", err)
-	return true
+	return false
 }
 
 // pullRequest is the body of a JetStream pull request, with the fields NATS 2.9 knows.
@@ -587,7 +724,9 @@ func (p *pulledMsg) ackReply(ctx context.Context, kind []byte, sync bool, delay 
 }
 
 // handOut gives one delivery to the consumer and settles it as the consumer says.
-func (s *subscriber) handOut(ctx context.Context, topic string, jm jetstream.Msg, out chan<- *message.Message) {
+//
+// acked is raised to the stream sequence of every message it acknowledges.
+func (s *subscriber) handOut(ctx context.Context, topic string, jm jetstream.Msg, out chan<- *message.Message, acked *seqMax) {
 	meta, err := jm.Metadata()
 	if err != nil { // not a JetStream delivery: nothing to settle
 		s.a.cfg.Logger.Warn("nats: delivery without JetStream metadata", "topic", topic, "error", err)
@@ -629,6 +768,8 @@ func (s *subscriber) handOut(ctx context.Context, topic string, jm jetstream.Msg
 		if d.settle() {
 			if err := jm.Ack(); err != nil {
 				s.a.cfg.Logger.Warn("nats: ack failed; the message is delivered again after AckWait", "topic", topic, "seq", meta.Sequence.Stream, "error", err)
+			} else {
+				acked.raise(meta.Sequence.Stream)
 			}
 		}
 	case <-msg.Nacked():
