@@ -82,7 +82,8 @@ type Config struct {
 	// runs while they wait (see the type's documentation). Default 64; 1 handles a
 	// subscription's messages one at a time in stream order (retries excepted). At most
 	// MaxWindow (4096), and at most the consumer's max_request_batch when one is set (Subscribe
-	// refuses a larger Window).
+	// refuses a larger Window; its update of an existing consumer keeps the max_request_batch an
+	// operator set).
 	Window int
 	// NackDelay is how long JetStream waits before it redelivers a message nacked without a
 	// scheduled retry (the retry or dead-letter write failed, or a plain Watermill handler

@@ -113,9 +113,17 @@
 // at least once.
 //
 // When the durable consumer is deleted under a running subscription (409 Consumer Deleted, or
-// 503 No Responders to a pull request), the subscription creates it again and carries on; a
-// consumer created again delivers from the stream's first message, so what the stream still
-// holds is delivered again. If the server refuses to create it (the stream is gone, say) the
+// 503 No Responders to a pull request), the subscription creates it again and carries on. The
+// re-creation runs beside the pull loop, which goes on handing out what is queued: one attempt
+// at a time, the first at once, then after 250 ms doubling up to 5 s until a delivery arrives
+// again, and one log line per 5 s counting those left out. A consumer the subscription created
+// again delivers from the stream sequence after the highest this subscription acknowledged
+// (DeliverByStartSequence, logged at Error with that sequence), or from the stream's first
+// message when it acknowledged none: an operator who deletes the durable gets nothing
+// acknowledged delivered again, and unacknowledged messages below that sequence (a retry
+// pending, another subscription's deliveries) are not delivered again either. A consumer that
+// exists again when the subscription looks (another subscription created it first) is joined
+// as it is. If the server refuses to create it (the stream is gone, say) the
 // subscription ends with an Error log. A consumer whose max_request_batch is set below Window
 // after Subscribe ends the subscription the same way (its every pull request would be refused).
 //
