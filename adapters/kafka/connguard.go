@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -42,19 +43,36 @@ type dialer interface {
 // if it has not answered since. Connections dialled after the silent moment are kept. The cost
 // of a timeout from one slow broker is a reconnect of the idle connections to the others.
 //
+// A JoinGroup or SyncGroup is exempt: the coordinator holds it until every member has
+// (re)joined, up to the rebalance timeout (5 min by default here), and sarama (v1.61.1) gives
+// it no longer read deadline than any request (Net.ReadTimeout from when it starts reading the
+// reply), so a rebalance waiting on a slow handler times it out in normal operation, once per
+// ReadTimeout while the group waits. The guard reads the API key from the frame each Write
+// carries (sarama writes a request in one Write) and a timeout with a group request
+// outstanding marks nothing: sarama fails that request and closes that connection, as without
+// the guard. Connections dialled other than over "tcp" (the DNS lookups of
+// Net.ResolveCanonicalBootstrapServers, over "udp") are not guarded.
+//
 // Known limits: the guard sees bytes, not sarama's requests, so a connection with several
 // requests pipelined (Net.MaxOpenRequests) counts as idle once any reply arrives, and is
 // closed with the others at a timeout elsewhere (its outstanding requests fail and are
-// retried as after any connection loss); a request that legitimately outlasts ReadTimeout (a
-// JoinGroup waiting longer for the group) times out in sarama anyway, and the guard then
-// reconnects the idle connections too; the dead-letter store's clients are not guarded.
+// retried as after any connection loss). Over TLS (Net.TLS, which sarama layers above this
+// dialer) the guard sees records, not frames, so a group request is not recognised and a
+// JoinGroup outlasting ReadTimeout closes the idle connections as a silent path would; so
+// does a DNS lookup over TCP (a truncated reply's retry) that goes unanswered. Any other
+// request that legitimately outlasts ReadTimeout (a Fetch with Consumer.Fetch MaxWaitTime
+// above it) times out in sarama anyway, and the guard reconnects the idle connections too.
+// The dead-letter store's clients are not guarded.
 type connGuard struct {
 	next  dialer
 	epoch time.Time // guard times are monotonic nanoseconds since epoch
 	// silentAt is when a request last went unanswered (0: never).
 	silentAt atomic.Int64
-	mu       sync.Mutex
-	conns    map[*guardedConn]struct{}
+	// trips counts the timeouts that marked the path silent; spared, the timeouts of a
+	// JoinGroup or SyncGroup that did not.
+	trips, spared atomic.Int64
+	mu            sync.Mutex
+	conns         map[*guardedConn]struct{}
 }
 
 func newConnGuard(next dialer) *connGuard {
@@ -63,11 +81,16 @@ func newConnGuard(next dialer) *connGuard {
 
 func (g *connGuard) now() int64 { return int64(time.Since(g.epoch)) }
 
-// Dial dials through the wrapped dialer and guards the connection.
+// Dial dials through the wrapped dialer and guards the connection. Sarama dials brokers over
+// "tcp"; anything else (the DNS lookups of Net.ResolveCanonicalBootstrapServers, over "udp")
+// is passed through unguarded, so a DNS server that does not answer is not a silent path.
 func (g *connGuard) Dial(network, addr string) (net.Conn, error) {
 	c, err := g.next.Dial(network, addr)
 	if err != nil {
 		return nil, err
+	}
+	if network != "tcp" {
+		return c, nil
 	}
 	gc := &guardedConn{Conn: c, g: g}
 	gc.heard.Store(g.now())
@@ -80,6 +103,7 @@ func (g *connGuard) Dial(network, addr string) (net.Conn, error) {
 // silent marks the path silent as of now and closes every connection not heard from since
 // that has no request outstanding, and the one that timed out.
 func (g *connGuard) silent(now int64, timedOut *guardedConn) {
+	g.trips.Add(1)
 	for {
 		old := g.silentAt.Load()
 		if now <= old || g.silentAt.CompareAndSwap(old, now) {
@@ -106,7 +130,11 @@ type guardedConn struct {
 	// heard is when the connection was dialled or last received bytes.
 	heard atomic.Int64
 	// awaiting: a request was written and no byte has come back since.
-	awaiting  atomic.Bool
+	awaiting atomic.Bool
+	// groupWait: one of the requests awaiting is a JoinGroup or SyncGroup, which the broker
+	// holds until every member of the group has joined (up to the rebalance timeout): its
+	// timeout is no sign of a silent path.
+	groupWait atomic.Bool
 	condemned atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -118,10 +146,17 @@ func (c *guardedConn) Read(b []byte) (int, error) {
 	if n > 0 {
 		c.heard.Store(c.g.now())
 		c.awaiting.Store(false)
+		c.groupWait.Store(false)
 	}
 	var ne net.Error
 	if err != nil && c.awaiting.Load() && errors.As(err, &ne) && ne.Timeout() {
-		c.g.silent(c.g.now(), c)
+		if c.groupWait.Load() {
+			// The group is still gathering; sarama fails this request and closes the
+			// connection itself, and nothing says the path is silent.
+			c.g.spared.Add(1)
+		} else {
+			c.g.silent(c.g.now(), c)
+		}
 	}
 	return n, err
 }
@@ -133,8 +168,32 @@ func (c *guardedConn) Write(b []byte) (int, error) {
 		c.condemn()
 		return 0, errSilentPath
 	}
-	c.awaiting.Store(true)
+	// groupWait stays set while any request written since the last reply is a group wait.
+	if long := isGroupWait(b); !c.awaiting.Swap(true) {
+		c.groupWait.Store(long)
+	} else if long {
+		c.groupWait.Store(true)
+	}
 	return c.Conn.Write(b)
+}
+
+// Kafka API keys of the requests the group coordinator holds until the group is complete.
+const (
+	apiKeyJoinGroup = 11
+	apiKeySyncGroup = 14
+)
+
+// isGroupWait reports whether b is one whole Kafka request frame (a 4-byte big-endian length
+// of the rest, then the request header's 2-byte API key), as sarama writes each request in one
+// Write, and its request is a JoinGroup or SyncGroup. Over TLS the guard sees records, not
+// frames (a TLS record starts 0x14-0x17 0x03, a length no write of sarama's comes near), so
+// no request is recognised there.
+func isGroupWait(b []byte) bool {
+	if len(b) < 8 || binary.BigEndian.Uint32(b) != uint32(len(b)-4) {
+		return false
+	}
+	key := binary.BigEndian.Uint16(b[4:])
+	return key == apiKeyJoinGroup || key == apiKeySyncGroup
 }
 
 // Close closes the connection and forgets it.

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -144,4 +145,103 @@ func TestSaramaConfigGuardsDialer(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// frame is a Kafka request frame as sarama writes it: a 4-byte length, then the header (API
+// key, version, correlation id, client id) and a body.
+func frame(key int16) []byte {
+	body := []byte{0, byte(key), 0, 5, 0, 0, 0, 7, 0, 4, 't', 'e', 's', 't', 1, 2, 3}
+	b := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
+	return append(b, body...)
+}
+
+// TestIsGroupWait: whole JoinGroup and SyncGroup frames are recognised; other requests, a
+// frame cut short or run on, and TLS records are not.
+func TestIsGroupWait(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		b    []byte
+		want bool
+	}{
+		{"JoinGroup", frame(11), true},
+		{"SyncGroup", frame(14), true},
+		{"Heartbeat", frame(12), false},
+		{"Fetch", frame(1), false},
+		{"Metadata", frame(3), false},
+		{"JoinGroup cut short", frame(11)[:10], false},
+		{"JoinGroup run on", append(frame(11), 0), false},
+		{"TLS application data", append([]byte{0x17, 0x03, 0x03, 0x00, 0x0b, 0, 11}, make([]byte, 11)...), false},
+		{"empty", nil, false},
+	} {
+		if got := isGroupWait(c.b); got != c.want {
+			t.Errorf("isGroupWait(%s) = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestConnGuardSparesGroupWaits: a connection whose outstanding request is a JoinGroup (or
+// has one among those pipelined) times out without condemning anything; once a reply came,
+// a plain request's timeout on it condemns as before.
+func TestConnGuardSparesGroupWaits(t *testing.T) {
+	silent := listen(t, silentServer)
+	g := newConnGuard(&net.Dialer{Timeout: time.Second})
+	joining := dialGuarded(t, g, silent)
+	idle := dialGuarded(t, g, silent)
+	buf := make([]byte, 8)
+	for _, req := range [][]byte{frame(11), frame(12)} { // a JoinGroup, then a heartbeat pipelined
+		if _, err := joining.Write(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = joining.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+	if _, err := joining.Read(buf); !isTimeout(err) {
+		t.Fatalf("read awaiting the JoinGroup: %v, want a timeout", err)
+	}
+	if g.silentAt.Load() != 0 || g.trips.Load() != 0 || g.spared.Load() != 1 {
+		t.Fatalf("a JoinGroup's timeout: silentAt %d, trips %d, spared %d; want 0, 0, 1", g.silentAt.Load(), g.trips.Load(), g.spared.Load())
+	}
+	if idle.(*guardedConn).condemned.Load() || joining.(*guardedConn).condemned.Load() {
+		t.Fatal("a JoinGroup's timeout closed a connection")
+	}
+
+	other := dialGuarded(t, g, silent)
+	if _, err := other.Write(frame(12)); err != nil {
+		t.Fatal(err)
+	}
+	_ = other.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+	if _, err := other.Read(buf); !isTimeout(err) {
+		t.Fatalf("read awaiting a heartbeat: %v, want a timeout", err)
+	}
+	if g.trips.Load() != 1 || !idle.(*guardedConn).condemned.Load() {
+		t.Fatalf("a heartbeat's timeout: trips %d, idle closed %v; want 1, true", g.trips.Load(), idle.(*guardedConn).condemned.Load())
+	}
+}
+
+// TestConnGuardPassesNonTCP: what sarama dials other than its brokers over "tcp" (the DNS
+// lookups of Net.ResolveCanonicalBootstrapServers, over "udp") is not guarded.
+func TestConnGuardPassesNonTCP(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pc.Close() })
+	g := newConnGuard(&net.Dialer{Timeout: time.Second})
+	c, err := g.Dial("udp", pc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if _, ok := c.(*guardedConn); ok {
+		t.Fatal("a udp connection was guarded")
+	}
+	if _, err := c.Write([]byte("query")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	if _, err := c.Read(make([]byte, 8)); !isTimeout(err) {
+		t.Fatalf("read from a silent DNS server: %v, want a timeout", err)
+	}
+	if g.trips.Load() != 0 {
+		t.Fatal("an unanswered udp query tripped the guard")
+	}
 }

@@ -153,7 +153,18 @@
 // connection and every idle one of the adapter's clients, to any broker, not heard from since
 // (a black hole cuts the path, not one broker), and refuses the next request on any connection
 // that has not answered since, so sarama redials them all at once instead of finding each
-// dead connection by a read timeout of its own. While the brokers are unreachable nothing is
+// dead connection by a read timeout of its own. A JoinGroup or SyncGroup is exempt: the
+// coordinator holds it until the whole group has rejoined (up to the rebalance timeout, 5 min),
+// and sarama gives it no more than ReadTimeout like any request, so a rebalance waiting for a
+// slow handler times it out, and sarama fails it and joins again, as without the guard; the
+// guard reads the request's API key from the frame it writes and takes no such timeout for a
+// silent path (TestGuardIgnoresJoinGroupWaitingForASlowMember: a rebalance of 8 s against a
+// 2 s ReadTimeout, 3 JoinGroup timeouts, no connection closed; the guard before the exemption
+// closed every idle connection of the joining member's clients 3 times). Over TLS the guard
+// sees records, not frames, and a JoinGroup outlasting ReadTimeout still closes the idle
+// connections (they are redialled; nothing is lost): keep ReadTimeout above the longest
+// rebalance expected there, or accept the reconnects. DNS lookups
+// (Net.ResolveCanonicalBootstrapServers) are not guarded. While the brokers are unreachable nothing is
 // committed: a transaction (or a retry publish) that fails is written again, nothing of it
 // visible, and the records stay with the partition. So a cut loses nothing and writes no retry
 // or dead letter twice (transactional); a record whose commit the cut swallowed is handled
