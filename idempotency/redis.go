@@ -136,6 +136,12 @@ func (s *RedisStore) heldResult(v, owner string, ours bool) ClaimResult {
 // pipelined GET round trip for the keys already held, and returns one result per key, in order.
 // One owner covers the whole batch; Complete and Release take it per key. On a command error
 // it returns that error and results of 0 for the keys it could not settle.
+//
+// A key that occurs more than once in keys is claimed once, for its first occurrence; every
+// later one gets the first one's result, Busy where that is Acquired (the lease is held, by
+// this very call), as if its SET NX had been sent after the first. It is not sent: after a lost
+// reply every SET of the key would look like this call's own, and each occurrence would be
+// reported Acquired.
 func (s *RedisStore) ClaimBatch(ctx context.Context, keys []string, owner string, leaseTTL time.Duration) ([]ClaimResult, error) {
 	for _, k := range keys {
 		if err := checkClaim(k, owner, leaseTTL); err != nil {
@@ -144,12 +150,31 @@ func (s *RedisStore) ClaimBatch(ctx context.Context, keys []string, owner string
 	}
 	ms := millis(leaseTTL)
 	names := make([]string, len(keys))
-	pending := make([]int, len(keys))
+	pending := make([]int, 0, len(keys))
+	var dups map[int]int // index of a later occurrence -> index of the first
+	first := make(map[string]int, len(keys))
 	for i, k := range keys {
 		names[i] = s.opts.processedKey(k)
-		pending[i] = i
+		if f, ok := first[k]; ok {
+			if dups == nil {
+				dups = map[int]int{}
+			}
+			dups[i] = f
+			continue
+		}
+		first[k] = i
+		pending = append(pending, i)
 	}
 	out := make([]ClaimResult, len(keys))
+	if dups != nil { // the results share out's array
+		defer func() {
+			for i, f := range dups {
+				if out[i] = out[f]; out[i] == Acquired {
+					out[i] = Busy
+				}
+			}
+		}()
+	}
 	cmds := make([]*redis.Cmd, len(keys))
 	ours := make([]bool, len(keys)) // a SET NX of this call for the key may have run
 	for range claimRounds {

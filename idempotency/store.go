@@ -53,8 +53,11 @@ const claimRounds = 8
 // for concurrent use; their expiry semantics are those of Redis keys with a TTL.
 type Store interface {
 	// Claim takes the lease on key for owner for leaseTTL if nobody holds it (Acquired), or
-	// reports Done when the message was finished, or Busy when another live lease exists
-	// (including one held by owner itself: owners are unique per claim).
+	// reports Done when the message was finished, or Busy when another live lease exists.
+	// Owners are unique per claim, so a lease held by owner from an earlier call is Busy too;
+	// the exception is a lease this very call's write took whose reply was lost (a dropped
+	// connection): an implementation that can tell it is its own (the Redis store: the lease
+	// holds owner after its own SET NX may have run) reports it Acquired.
 	Claim(ctx context.Context, key, owner string, leaseTTL time.Duration) (ClaimResult, error)
 	// Complete marks key done for doneTTL if owner still holds the lease, else ErrLeaseLost.
 	Complete(ctx context.Context, key, owner string, doneTTL time.Duration) error
