@@ -171,7 +171,7 @@ func (a *Adapter) ensureStream(ctx context.Context, subject string) error {
 
 // ensureConsumer creates or updates the durable consumer of subject with ConsumerConfig,
 // keeping the max_request_batch an operator set on an existing consumer (the adapter's
-// configuration has none, and an update without it would clear it).
+// configuration has none, and an update without it would clear it) and its deliver policy.
 func (a *Adapter) ensureConsumer(ctx context.Context, subject string) (jetstream.Consumer, error) {
 	c, _, err := a.ensureConsumerFrom(ctx, subject, 0)
 	return c, err
@@ -180,7 +180,8 @@ func (a *Adapter) ensureConsumer(ctx context.Context, subject string) (jetstream
 // ensureConsumerFrom is ensureConsumer; when the consumer does not exist and from is above 0,
 // it is created to deliver from stream sequence from (DeliverByStartSequence) instead of the
 // stream's first message. An existing consumer keeps its deliver policy (JetStream refuses to
-// change it), so a subscription joins a consumer another one created again first. created
+// change it): a later Subscribe joins a consumer a subscription created again from a
+// sequence, and a subscription one another created again first. created
 // reports that the consumer did not exist before.
 func (a *Adapter) ensureConsumerFrom(ctx context.Context, subject string, from uint64) (c jetstream.Consumer, created bool, err error) {
 	if err := a.ensureStream(ctx, subject); err != nil {
@@ -193,9 +194,7 @@ func (a *Adapter) ensureConsumerFrom(ctx context.Context, subject string, from u
 	case err == nil:
 		cur := existing.CachedInfo().Config
 		cfg.MaxRequestBatch = cur.MaxRequestBatch
-		if from > 0 {
-			cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = cur.DeliverPolicy, cur.OptStartSeq, cur.OptStartTime
-		}
+		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = cur.DeliverPolicy, cur.OptStartSeq, cur.OptStartTime
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
 		created = true
 		if from > 0 {

@@ -83,6 +83,14 @@ loop:
 	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "from_seq=11") {
 		t.Errorf("no Error saying the consumer was created again from sequence 11; logs:\n%s", logs.String())
 	}
+	// A later Subscribe (a restarted process) joins the consumer as it is: JetStream refuses
+	// to change its deliver policy back to DeliverAll.
+	a2 := newTestAdapter(t, cfg)
+	sub2 := a2.Subscriber()
+	defer func() { _ = sub2.Close() }()
+	if _, err := sub2.Subscribe(ctx, subject); err != nil {
+		t.Errorf("Subscribe after the consumer was created again from a sequence: %v", err)
+	}
 }
 
 // TestConsumerGoneStormThrottled: a storm of 503s on the subscription's pull inbox (what a
