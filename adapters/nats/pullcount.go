@@ -1,11 +1,12 @@
 package nats
 
 import (
-	"math"
 	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/millrace/millrace/internal/satmath"
 )
 
 // arrival is what one message on a pull inbox is to the subscription.
@@ -71,7 +72,7 @@ func (c *pullCounter) want(queued int) int {
 }
 
 // sent records a request of n messages sent on the current inbox.
-func (c *pullCounter) sent(n int) { c.asked = satAdd(c.asked, max(n, 0)) }
+func (c *pullCounter) sent(n int) { c.asked = satmath.AddInt(c.asked, n) }
 
 // open reports whether requests on the current inbox may still deliver.
 func (c *pullCounter) open() bool { return c.asked > 0 }
@@ -133,20 +134,4 @@ func pendingLeft(m *nats.Msg) (int, bool) {
 		return 0, false
 	}
 	return n, true
-}
-
-// satAdd is a + b for non-negative a and b, saturating at math.MaxInt.
-func satAdd(a, b int) int {
-	if a > math.MaxInt-b {
-		return math.MaxInt
-	}
-	return a + b
-}
-
-// satMul is a × b for non-negative a and b, saturating at math.MaxInt.
-func satMul(a, b int) int {
-	if a != 0 && b > math.MaxInt/a {
-		return math.MaxInt
-	}
-	return a * b
 }

@@ -264,7 +264,7 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 
 	// Every inbox's subscription hands its messages to this loop, which always reads them (it
 	// gives back what exceeds the queue's bound); nats.go holds the rest meanwhile.
-	arrivals := make(chan *nats.Msg, satAdd(cfg.Window, 16))
+	arrivals := make(chan *nats.Msg, satmath.AddInt(cfg.Window, 16))
 	stopped := make(chan struct{})
 	deliver := func(m *nats.Msg) {
 		select {
@@ -290,7 +290,7 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 		}
 		// What the server sends beyond what was asked for waits in nats.go up to this bound,
 		// then is dropped as a slow consumer's and redelivered after AckWait.
-		if err := sb.SetPendingLimits(satAdd(satMul(2, cfg.Window), 64), nats.DefaultSubPendingBytesLimit); err != nil {
+		if err := sb.SetPendingLimits(satmath.AddInt(satmath.MulInt(2, cfg.Window), 64), nats.DefaultSubPendingBytesLimit); err != nil {
 			_ = sb.Unsubscribe()
 			return err
 		}

@@ -53,3 +53,46 @@ func TestMul(t *testing.T) {
 		}
 	}
 }
+
+func TestAddInt(t *testing.T) {
+	cases := []struct{ a, b, want int }{
+		{0, 0, 0},
+		{2, 3, 5},
+		{math.MaxInt - 1, 1, math.MaxInt}, // exactly MaxInt
+		{math.MaxInt - 1, 2, math.MaxInt}, // one past it
+		{math.MaxInt, math.MaxInt, math.MaxInt},
+		{math.MaxInt, 64, math.MaxInt},
+		{-5, 3, 3}, // a negative operand counts as 0
+		{math.MinInt, math.MinInt, 0},
+	}
+	for _, c := range cases {
+		if got := satmath.AddInt(c.a, c.b); got != c.want {
+			t.Errorf("AddInt(%d, %d) = %d, want %d", c.a, c.b, got, c.want)
+		}
+		if got := satmath.AddInt(c.b, c.a); got != c.want {
+			t.Errorf("AddInt(%d, %d) = %d, want %d (not commutative)", c.b, c.a, got, c.want)
+		}
+	}
+}
+
+func TestMulInt(t *testing.T) {
+	cases := []struct{ a, b, want int }{
+		{0, 7, 0},
+		{-1, 7, 0},
+		{7, -1, 0},
+		{2, 5, 10},
+		{1, math.MaxInt, math.MaxInt},
+		{2, math.MaxInt / 2, math.MaxInt - 1}, // MaxInt is odd: the largest exact product
+		{2, math.MaxInt/2 + 1, math.MaxInt},   // one step past it
+		{math.MaxInt, math.MaxInt, math.MaxInt},
+		{math.MinInt, math.MinInt, 0}, // would be 0 wrapped; negatives count as 0 anyway
+	}
+	for _, c := range cases {
+		if got := satmath.MulInt(c.a, c.b); got != c.want {
+			t.Errorf("MulInt(%d, %d) = %d, want %d", c.a, c.b, got, c.want)
+		}
+		if got := satmath.MulInt(c.b, c.a); got != c.want {
+			t.Errorf("MulInt(%d, %d) = %d, want %d (not commutative)", c.b, c.a, got, c.want)
+		}
+	}
+}
