@@ -117,11 +117,11 @@
 // re-creation runs beside the pull loop, which goes on handing out what is queued: one attempt
 // at a time, the first at once, then after 250 ms doubling up to 5 s until a delivery arrives
 // again, and one log line per 5 s counting those left out. A consumer the subscription created
-// again delivers from the stream sequence after the highest this subscription acknowledged
-// (DeliverByStartSequence, logged at Error with that sequence), or from the stream's first
-// message when it acknowledged none: an operator who deletes the durable gets nothing
-// acknowledged delivered again, and unacknowledged messages below that sequence (a retry
-// pending, another subscription's deliveries) are not delivered again either. A consumer that
+// again delivers from the stream's first message (logged at Error): the deleted consumer's
+// ack floor is gone, and starting after the last acknowledged sequence would lose what below
+// it is not settled (a retry waiting on its delay, another subscription's deliveries;
+// TestRecreatedConsumerLosesNothing). Every retained message is delivered again: duplicates
+// (the idempotency lease makes them DONE), never a loss. A consumer that
 // exists again when the subscription looks (another subscription created it first) is joined
 // as it is. If the server refuses to create it (the stream is gone, say) the
 // subscription ends with an Error log. A consumer whose max_request_batch is set below Window

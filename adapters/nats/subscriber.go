@@ -76,18 +76,6 @@ func (t *logThrottle) allow(now time.Time) (left int, ok bool) {
 	return left, true
 }
 
-// seqMax is the highest stream sequence a subscription acknowledged, 0 before the first.
-type seqMax struct{ v atomic.Uint64 }
-
-func (m *seqMax) raise(seq uint64) {
-	for {
-		cur := m.v.Load()
-		if seq <= cur || m.v.CompareAndSwap(cur, seq) {
-			return
-		}
-	}
-}
-
 // pullExpiry is how long one pull request of a subscription waits on the server for messages,
 // and pullHeartbeat the idle heartbeat the server sends on an open request meanwhile (NATS 2.9
 // has both). A subscription that hears nothing for two heartbeats while a request is open
@@ -254,7 +242,6 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 	next := jetstream.DefaultAPIPrefix + "CONSUMER.MSG.NEXT." + info.Stream + "." + info.Name
 	slots := make(chan struct{}, cfg.Window) // one token per message in flight
 	var inflight sync.WaitGroup
-	var acked seqMax      // the highest stream sequence this subscription acknowledged
 	var bg sync.WaitGroup // a re-creation or a limit check under way
 	defer func() {
 		inflight.Wait()
@@ -469,10 +456,12 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 			recreateAt = nil
 			recreating = true
 			state.recreates.Add(1)
-			var from uint64
-			if n := acked.v.Load(); n > 0 {
-				from = n + 1
-			}
+			// From the stream's first message, never from after the last acknowledged one: the
+			// deleted consumer's ack floor is gone, and a later start would lose every message
+			// below it that is not settled (a retry waiting on its delay, another
+			// subscription's deliveries). Every retained message comes again: duplicates, which
+			// the idempotency lease turns into DONE, never a loss.
+			const from = 0
 			bg.Add(1)
 			go func() {
 				defer bg.Done()
@@ -498,11 +487,8 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 				continue
 			}
 			switch {
-			case r.created && r.from > 0:
-				cfg.Logger.Error("nats: the durable consumer was deleted; created it again from the stream sequence after the last this subscription acknowledged",
-					"topic", topic, "stream", info.Stream, "durable", cfg.Durable, "from_seq", r.from)
 			case r.created:
-				cfg.Logger.Error("nats: the durable consumer was deleted; created it again from the stream's first message (this subscription acknowledged none)",
+				cfg.Logger.Error("nats: the durable consumer was deleted; created it again from the stream's first message: every message the stream retains is delivered again",
 					"topic", topic, "stream", info.Stream, "durable", cfg.Durable)
 			}
 			cons, gone = r.cons, false
@@ -520,7 +506,7 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 			inflight.Add(1)
 			go func() {
 				defer func() { <-slots; inflight.Done() }()
-				s.handOut(ctx, topic, &pulledMsg{m: m, nc: nc}, out, &acked)
+				s.handOut(ctx, topic, &pulledMsg{m: m, nc: nc}, out)
 			}()
 		case <-idle.C:
 			if count.open() { // no message and no heartbeat for two heartbeats: the requests are gone
@@ -724,9 +710,7 @@ func (p *pulledMsg) ackReply(ctx context.Context, kind []byte, sync bool, delay 
 }
 
 // handOut gives one delivery to the consumer and settles it as the consumer says.
-//
-// acked is raised to the stream sequence of every message it acknowledges.
-func (s *subscriber) handOut(ctx context.Context, topic string, jm jetstream.Msg, out chan<- *message.Message, acked *seqMax) {
+func (s *subscriber) handOut(ctx context.Context, topic string, jm jetstream.Msg, out chan<- *message.Message) {
 	meta, err := jm.Metadata()
 	if err != nil { // not a JetStream delivery: nothing to settle
 		s.a.cfg.Logger.Warn("nats: delivery without JetStream metadata", "topic", topic, "error", err)
@@ -768,8 +752,6 @@ func (s *subscriber) handOut(ctx context.Context, topic string, jm jetstream.Msg
 		if d.settle() {
 			if err := jm.Ack(); err != nil {
 				s.a.cfg.Logger.Warn("nats: ack failed; the message is delivered again after AckWait", "topic", topic, "seq", meta.Sequence.Stream, "error", err)
-			} else {
-				acked.raise(meta.Sequence.Stream)
 			}
 		}
 	case <-msg.Nacked():
