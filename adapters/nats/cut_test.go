@@ -4,15 +4,10 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
-
-	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/conformance/cutbattery"
-	"github.com/millrace/millrace/deadletter"
 )
 
 // cutAckWait is the battery's AckWait: a delivery whose ack a cut lost comes back after it.
@@ -83,46 +78,19 @@ func TestCutBattery(t *testing.T) {
 	cutbattery.Run(t, cutTarget{}, cutbattery.Options{})
 }
 
-// ackingAnyway reports every dead letter as written, so the router acks the original even
-// when the write failed in a cut: the defect the battery exists to catch.
-type ackingAnyway struct {
-	millrace.Adapter
-	swallowed atomic.Int64
-}
-
-func (a *ackingAnyway) DeadLetter(ctx context.Context, msg *message.Message, rec deadletter.Record) error {
-	if err := a.Adapter.DeadLetter(ctx, msg, rec); err != nil {
-		a.swallowed.Add(1)
-	}
-	return nil
-}
-
-type brokenTarget struct {
-	cutTarget
-	adapter *ackingAnyway
-}
-
-func (b *brokenTarget) Connect(ctx context.Context, t testing.TB, topic string, proxied []string) (cutbattery.System, error) {
-	sys, err := b.cutTarget.Connect(ctx, t, topic, proxied)
-	b.adapter = &ackingAnyway{Adapter: sys.Adapter}
-	sys.Adapter = b.adapter
-	sys.Bound.Settle = 2 * time.Second
-	return sys, err
-}
-
 // TestCutBatteryCatchesAckWithoutDeadLetter: the battery fails an adapter that acks a message
 // whose dead letter was not written. The cut is a black hole (a reset often leaves nats.go
 // time to resend the write after reconnecting, so it does not fail), and AckWait is long, so
 // that the write fails (at its deadline, 10 s after the hand-out) and the wrong ack reaches
 // the server before JetStream would redeliver.
 func TestCutBatteryCatchesAckWithoutDeadLetter(t *testing.T) {
-	target := &brokenTarget{cutTarget: cutTarget{ackWait: 20 * time.Second}}
+	target := &cutbattery.AckAnyway{Target: cutTarget{ackWait: 20 * time.Second}, Settle: 2 * time.Second}
 	res, problems := cutbattery.Measure(t, target, cutbattery.Options{Cuts: 1, Kinds: []cutbattery.Kind{cutbattery.BlackHole}, Gap: time.Second, Timeout: 40 * time.Second})
 	t.Log(res.CountsLine(res.Bound))
-	if target.adapter.swallowed.Load() == 0 {
+	if target.Swallowed() == 0 {
 		t.Fatalf("no dead-letter write failed in the cut (landed on %s): the test proves nothing", res.Cuts[0].Landed)
 	}
 	if res.Lost == 0 || !strings.Contains(strings.Join(problems, "\n"), "messages lost") {
-		t.Fatalf("%d dead-letter writes failed and were acked anyway, but the battery reports lost=%d, problems %q", target.adapter.swallowed.Load(), res.Lost, problems)
+		t.Fatalf("%d dead-letter writes failed and were acked anyway, but the battery reports lost=%d, problems %q", target.Swallowed(), res.Lost, problems)
 	}
 }

@@ -2,11 +2,8 @@ package nats
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +13,7 @@ import (
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/conformance/killbattery"
+	"github.com/millrace/millrace/internal/testenv"
 )
 
 // killTarget runs the kill battery on the test server. A killed consumer's messages come back
@@ -99,10 +97,10 @@ func TestKillBattery(t *testing.T) {
 func TestKillBatteryFindsLoss(t *testing.T) {
 	t.Parallel()
 	testConn(t)
-	rec := &batteryErrors{TB: t}
+	rec := &testenv.ErrorRecorder{TB: t}
 	killbattery.Run(rec, lossyTarget{newKillTarget()}, killbattery.Options{Messages: 40, Kills: 3, SettleTimeout: 5 * time.Second})
-	if !rec.reported("messages lost") {
-		t.Fatalf("the battery did not report the lost messages; it reported: %q", rec.errors)
+	if !rec.Reported("messages lost") {
+		t.Fatalf("the battery did not report the lost messages; it reported: %q", rec.Errors())
 	}
 }
 
@@ -148,34 +146,4 @@ func (s lossySubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 		}
 	}()
 	return out, nil
-}
-
-// batteryErrors keeps the errors reported to it instead of failing the test; everything else
-// (Fatal included) goes to the real test.
-type batteryErrors struct {
-	testing.TB
-	mu     sync.Mutex
-	errors []string
-}
-
-func (r *batteryErrors) Error(args ...any) { r.record(fmt.Sprint(args...)) }
-
-func (r *batteryErrors) Errorf(format string, args ...any) { r.record(fmt.Sprintf(format, args...)) }
-
-func (r *batteryErrors) record(s string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.errors = append(r.errors, s)
-	r.TB.Log("reported: " + s)
-}
-
-func (r *batteryErrors) reported(substr string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, e := range r.errors {
-		if strings.Contains(e, substr) {
-			return true
-		}
-	}
-	return false
 }

@@ -4,16 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/conformance/cutbattery"
-	"github.com/millrace/millrace/deadletter"
 )
 
 // Battery timings: the adapter as a service would run it, with a short budget so that
@@ -108,44 +104,16 @@ func TestCutBattery(t *testing.T) {
 	cutbattery.Run(t, cutTarget{}, cutbattery.Options{})
 }
 
-// ackingAnyway is the defect the battery exists to catch: it reports every dead letter as
-// written, so the router acks the original even when the write failed in a cut.
-type ackingAnyway struct {
-	millrace.Adapter
-	swallowed atomic.Int64
-}
-
-func (a *ackingAnyway) DeadLetter(ctx context.Context, msg *message.Message, rec deadletter.Record) error {
-	if err := a.Adapter.DeadLetter(ctx, msg, rec); err != nil {
-		a.swallowed.Add(1)
-	}
-	return nil
-}
-
-// brokenTarget is cutTarget with ackingAnyway around the adapter.
-type brokenTarget struct {
-	cutTarget
-	adapter *ackingAnyway
-}
-
-func (b *brokenTarget) Connect(ctx context.Context, t testing.TB, topic string, proxied []string) (cutbattery.System, error) {
-	sys, err := b.cutTarget.Connect(ctx, t, topic, proxied)
-	b.adapter = &ackingAnyway{Adapter: sys.Adapter}
-	sys.Adapter = b.adapter
-	sys.Bound.Settle = 2 * time.Second
-	return sys, err
-}
-
 // The battery fails an adapter that acks a message whose dead letter was not written: one
 // reset lands on a dead-letter write, the write fails, the message is acked anyway and is lost.
 func TestCutBatteryCatchesAckWithoutDeadLetter(t *testing.T) {
-	target := &brokenTarget{}
+	target := &cutbattery.AckAnyway{Target: cutTarget{}, Settle: 2 * time.Second}
 	res, problems := cutbattery.Measure(t, target, cutbattery.Options{Cuts: 1, Kinds: []cutbattery.Kind{cutbattery.Reset}, Gap: time.Second, Timeout: 5 * time.Second})
 	t.Log(res.CountsLine(res.Bound))
-	if target.adapter.swallowed.Load() == 0 {
+	if target.Swallowed() == 0 {
 		t.Fatalf("no dead-letter write failed in the cut (landed on %s): the test proves nothing", res.Cuts[0].Landed)
 	}
 	if res.Lost == 0 || !strings.Contains(strings.Join(problems, "\n"), "messages lost") {
-		t.Fatalf("%d dead-letter writes failed and were acked anyway, but the battery reports lost=%d, problems %q", target.adapter.swallowed.Load(), res.Lost, problems)
+		t.Fatalf("%d dead-letter writes failed and were acked anyway, but the battery reports lost=%d, problems %q", target.Swallowed(), res.Lost, problems)
 	}
 }
