@@ -173,17 +173,15 @@ func (a *Adapter) ensureStream(ctx context.Context, subject string) error {
 // keeping the max_request_batch an operator set on an existing consumer (the adapter's
 // configuration has none, and an update without it would clear it) and its deliver policy.
 func (a *Adapter) ensureConsumer(ctx context.Context, subject string) (jetstream.Consumer, error) {
-	c, _, err := a.ensureConsumerFrom(ctx, subject, 0)
+	c, _, err := a.ensureConsumerCreated(ctx, subject)
 	return c, err
 }
 
-// ensureConsumerFrom is ensureConsumer; when the consumer does not exist and from is above 0,
-// it is created to deliver from stream sequence from (DeliverByStartSequence) instead of the
-// stream's first message. An existing consumer keeps its deliver policy (JetStream refuses to
-// change it): a later Subscribe joins a consumer a subscription created again from a
-// sequence, and a subscription one another created again first. created
-// reports that the consumer did not exist before.
-func (a *Adapter) ensureConsumerFrom(ctx context.Context, subject string, from uint64) (c jetstream.Consumer, created bool, err error) {
+// ensureConsumerCreated is ensureConsumer, and reports whether the consumer did not exist
+// before. An existing consumer keeps its deliver policy (JetStream refuses to change it): a
+// subscription joins as it is a consumer another one created again first, or one an operator
+// or an earlier version created with another policy.
+func (a *Adapter) ensureConsumerCreated(ctx context.Context, subject string) (c jetstream.Consumer, created bool, err error) {
 	if err := a.ensureStream(ctx, subject); err != nil {
 		return nil, false, err
 	}
@@ -197,9 +195,6 @@ func (a *Adapter) ensureConsumerFrom(ctx context.Context, subject string, from u
 		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = cur.DeliverPolicy, cur.OptStartSeq, cur.OptStartTime
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
 		created = true
-		if from > 0 {
-			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
-		}
 	default:
 		return nil, false, fmt.Errorf("nats: consumer %s on stream %s: %w", a.cfg.Durable, name, err)
 	}

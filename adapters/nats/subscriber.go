@@ -362,7 +362,6 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 	type recreation struct {
 		cons    jetstream.Consumer
 		created bool
-		from    uint64
 		err     error
 	}
 	var gone, recreating, checking bool
@@ -456,19 +455,19 @@ func (s *subscriber) run(ctx context.Context, topic string, cons jetstream.Consu
 			recreateAt = nil
 			recreating = true
 			state.recreates.Add(1)
-			// From the stream's first message, never from after the last acknowledged one: the
-			// deleted consumer's ack floor is gone, and a later start would lose every message
-			// below it that is not settled (a retry waiting on its delay, another
-			// subscription's deliveries). Every retained message comes again: duplicates, which
-			// the idempotency lease turns into DONE, never a loss.
-			const from = 0
+			// Created again with the adapter's deliver policy, from the stream's first message,
+			// never from after the last acknowledged one: the deleted consumer's ack floor is
+			// gone, and a later start would lose every message below it that is not settled (a
+			// retry waiting on its delay, another subscription's deliveries). Every retained
+			// message comes again: duplicates, which the idempotency lease turns into DONE,
+			// never a loss.
 			bg.Add(1)
 			go func() {
 				defer bg.Done()
 				cctx, cancel := context.WithTimeout(ctx, consumerTimeout)
 				defer cancel()
-				c, created, err := s.a.ensureConsumerFrom(cctx, topic, from)
-				recreated <- recreation{cons: c, created: created, from: from, err: err}
+				c, created, err := s.a.ensureConsumerCreated(cctx, topic)
+				recreated <- recreation{cons: c, created: created, err: err}
 			}()
 		case r := <-recreated:
 			recreating = false
