@@ -212,7 +212,4 @@ func TestPullCounterBounds(t *testing.T) {
 	if c.asked != math.MaxInt {
 		t.Fatalf("asked %d, want it saturated", c.asked)
 	}
-	if satAdd(math.MaxInt, 64) != math.MaxInt || satMul(2, math.MaxInt/2+1) != math.MaxInt || satMul(2, 5) != 10 || satAdd(2, 3) != 5 {
-		t.Fatal("saturating arithmetic")
-	}
 }
