@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/middleware"
 )
 
 // Config configures a Router.
@@ -41,6 +42,14 @@ type Config struct {
 	// runs on the handler's goroutine before the message's ack and should be quick; a panic in
 	// it is recovered and logged.
 	OnDeadLetter OnDeadLetterFunc
+	// Breaker, when set, puts an outage breaker (middleware.Breaker) in front of every handler,
+	// each with a state of its own: after Breaker.Threshold consecutive Retry outcomes the
+	// handler stops taking messages (they wait unsettled, burning no attempt, and the adapter
+	// stops fetching once its in-flight window is full), one probe goes through every
+	// Breaker.ProbeInterval, and a success resumes. Nil (the default) = no breaker. On an
+	// adapter that is a millrace.BudgetBounded, a zero Breaker.MaxHold is set from the Budget
+	// (see middleware.BreakerConfig.Bounded); Logger defaults to the router's.
+	Breaker *middleware.BreakerConfig
 }
 
 // Validate checks every field and the policy against the adapter's capabilities.
@@ -58,6 +67,11 @@ func (c Config) Validate() error {
 		return &millrace.ConfigError{Field: "Config.Budget", Value: c.Budget.String(), Limit: true,
 			Rule: "must be at most the " + c.Adapter.Capabilities().Broker + " adapter's processing budget " + bb.MaxBudget().String() +
 				": a longer handler would be redelivered to another consumer while it still runs"}
+	}
+	if c.Breaker != nil {
+		if err := c.Breaker.Validate(); err != nil {
+			return err
+		}
 	}
 	if c.CloseTimeout < 0 {
 		return &millrace.ConfigError{Field: "Config.CloseTimeout", Value: c.CloseTimeout.String(), Rule: "must not be negative (0 means 30s)"}

@@ -3,6 +3,7 @@ package router
 import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/middleware"
 )
 
@@ -14,7 +15,7 @@ func Stack(cfg Config) ([]message.HandlerMiddleware, error) {
 	}
 	cfg.setDefaults()
 	caps := cfg.Adapter.Capabilities()
-	return []message.HandlerMiddleware{
+	stack := []message.HandlerMiddleware{
 		middleware.Poison(cfg.Adapter, middleware.PoisonConfig{
 			Broker: caps.Broker, DeadLetterDiscards: cfg.DeadLetterDiscards, Logger: cfg.Logger,
 			OnDeadLetter: cfg.OnDeadLetter,
@@ -24,8 +25,25 @@ func Stack(cfg Config) ([]message.HandlerMiddleware, error) {
 			Policy: cfg.Policy, MaxDelay: caps.MaxDelay, Logger: cfg.Logger,
 			OnRetry: cfg.OnRetry,
 		}),
+	}
+	if cfg.Breaker != nil {
+		stack = append(stack, middleware.Breaker(breakerConfig(cfg)))
+	}
+	return append(stack,
 		middleware.Classify(cfg.Classifier),
 		middleware.Budget(cfg.Budget),
 		middleware.Recover(),
-	}, nil
+	), nil
+}
+
+// breakerConfig is cfg.Breaker with the router's defaults (cfg has its own defaults set).
+func breakerConfig(cfg Config) middleware.BreakerConfig {
+	bc := *cfg.Breaker
+	if bb, ok := cfg.Adapter.(millrace.BudgetBounded); ok {
+		bc = bc.Bounded(bb.MaxBudget(), cfg.Budget)
+	}
+	if bc.Logger == nil {
+		bc.Logger = cfg.Logger
+	}
+	return bc
 }
