@@ -63,6 +63,11 @@ func New(cfg Config) (*Adapter, error) {
 		return nil, fmt.Errorf("nats: jetstream: %w", err)
 	}
 	a.js = js
+	if v := a.nc.ConnectedServerVersion(); !countsEveryDelivery(v) {
+		a.cfg.Logger.Warn("nats: this server can deliver a message again with NumDelivered 1 after a consumer dies or disconnects: "+
+			"attempt numbers may start over and a handler may be called more than MaxAttempts times (nats-server#5305, fixed in 2.10.14); upgrade the server",
+			"server_version", v)
+	}
 	return a, nil
 }
 

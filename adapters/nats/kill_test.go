@@ -74,14 +74,28 @@ func (k killTarget) Cleanup(ctx context.Context, a millrace.Adapter, topic strin
 	return err2
 }
 
-// Bound is the package documentation's "# Crashes" section.
+// Bound is the package documentation's "# Crashes" section. Attempts only rise on a server
+// that counts every delivery (countsEveryDelivery; TestServerCountsRedeliveryToDeadPuller shows
+// the defect of older ones): on NATS 2.9 a killed consumer's pull requests make the server
+// deliver a message again with NumDelivered 1.
 func (k killTarget) Bound() killbattery.Bound {
 	return killbattery.Bound{
 		RepeatsPerKill:          2 * k.cfg.Window,
 		ExtraDeadLettersPerKill: k.cfg.Window,
 		CrashCostsAttempt:       true,
-		AttemptsIncrease:        true,
+		AttemptsIncrease:        countsEveryDelivery(k.serverVersion()),
 	}
+}
+
+// serverVersion is the version of the test server, "" when it cannot be reached (the battery
+// then fails on its own).
+func (k killTarget) serverVersion() string {
+	nc, err := nats.Connect(k.cfg.URL, nats.MaxReconnects(0))
+	if err != nil {
+		return ""
+	}
+	defer nc.Close()
+	return nc.ConnectedServerVersion()
 }
 
 // TestKillBattery: consumers SIGKILLed 20 times on the mixed workload lose nothing, leave
