@@ -17,6 +17,16 @@
 //	millrace-dlq-first-failure  | time of the first failure (or first delivery), RFC 3339 nano
 //	millrace-dlq-last-failure   | time of the last failure, RFC 3339 nano
 //	millrace-dlq-message-uuid   | the Watermill message UUID
+//	millrace-dlq-error-types    | Go types (%T) of the error and its causes, a JSON array of
+//	                            | strings: at most 16, each at most 256 bytes, at most 1 KiB
+//	millrace-dlq-panic-stack    | for a recovered panic, its goroutine stack from the panic
+//	                            | on, a JSON string of at most 8 KiB, cut at a line boundary
+//
+// The last two are absent when there is nothing to say (no error types, no panic). Their values
+// are JSON, one line, so that every broker carries them unchanged (a NATS header cannot hold a
+// line break); the bounds (MaxErrorTypes, MaxErrorTypeText, MaxErrorTypesBytes,
+// MaxPanicStackBytes) hold for the value as written and keep a record within every broker's
+// limits: with the error text a record adds at most about 12 KiB of fields to the message.
 //
 // The original metadata is untrusted: a foreign producer may send keys of its own that start
 // with millrace-dlq-. Such a key is written as EscapePrefix + key (see EscapeKey), so it never
@@ -62,6 +72,8 @@ const (
 	KeyFirstFailure  = "millrace-dlq-first-failure"
 	KeyLastFailure   = "millrace-dlq-last-failure"
 	KeyMessageUUID   = "millrace-dlq-message-uuid"
+	KeyErrorTypes    = "millrace-dlq-error-types"
+	KeyPanicStack    = "millrace-dlq-panic-stack"
 )
 
 // KeyPrefix starts every key a Record adds.
@@ -129,6 +141,15 @@ type Record struct {
 	FirstFailureAt time.Time
 	// LastFailureAt is when the message failed for the last time.
 	LastFailureAt time.Time
+	// ErrorTypes are the Go types (fmt %T) of the last attempt's error and of the errors in its
+	// cause chain, outermost first, each once (see ErrorTypes); nil where unknown (a record
+	// written before they were recorded, or by a store or broker that does not keep them).
+	// Fields writes at most BoundErrorTypes of them.
+	ErrorTypes []string
+	// PanicStack is, when the last attempt's error holds a recovered panic
+	// (*millrace.PanicError), the goroutine stack from the panic on; "" otherwise. Fields
+	// writes at most BoundPanicStack of it (8 KiB, cut at a line boundary).
+	PanicStack string
 	// Native is the original message's content as the broker held it, where Payload and
 	// Metadata cannot hold it exactly: the fields of a Redis stream entry that was not a
 	// Watermill message, in stream order with repeated names kept. It is nil for a message
@@ -185,6 +206,12 @@ func (r Record) Fields() map[string]string {
 	if !r.LastFailureAt.IsZero() {
 		f[KeyLastFailure] = r.LastFailureAt.UTC().Format(time.RFC3339Nano)
 	}
+	if v := encodeErrorTypes(BoundErrorTypes(r.ErrorTypes)); v != "" {
+		f[KeyErrorTypes] = v
+	}
+	if r.PanicStack != "" {
+		f[KeyPanicStack] = quote(BoundPanicStack(r.PanicStack))
+	}
 	return f
 }
 
@@ -193,8 +220,10 @@ var ErrNotDeadLetter = errors.New("deadletter: message carries no dead-letter re
 
 // FromMessage decodes the Record a dead-letter message carries. The payload is not copied.
 // It refuses a message without a valid reason, with an attempt count that is not a positive
-// decimal, or with a failure time that is present but not RFC 3339; the error names the key.
-// An absent failure time leaves the field zero. Original keys escaped by EscapeKey come back
+// decimal, with a failure time that is present but not RFC 3339, or with error types or a
+// panic stack that are present but not the JSON a Record writes; the error names the key.
+// An absent failure time leaves the field zero. Error types and stack are bounded again as
+// Fields bounds them, whatever the message holds. Original keys escaped by EscapeKey come back
 // under their own names; other millrace-dlq-* keys are not part of the original metadata.
 func FromMessage(msg *message.Message) (Record, error) {
 	md := msg.Metadata
@@ -225,6 +254,16 @@ func FromMessage(msg *message.Message) (Record, error) {
 	}
 	if r.LastFailureAt, err = parseTime(md, KeyLastFailure); err != nil {
 		return Record{}, err
+	}
+	if v, ok := md[KeyErrorTypes]; ok {
+		if r.ErrorTypes, err = decodeErrorTypes(v); err != nil {
+			return Record{}, err
+		}
+	}
+	if v, ok := md[KeyPanicStack]; ok {
+		if r.PanicStack, err = decodePanicStack(v); err != nil {
+			return Record{}, err
+		}
 	}
 	for k, v := range md {
 		if orig, ok := OriginalKey(k); ok {
