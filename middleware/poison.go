@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -151,5 +152,24 @@ func record(msg *message.Message, reason deadletter.Reason, cause error, attempt
 		Handler:        message.HandlerNameFromCtx(msg.Context()),
 		FirstFailureAt: first,
 		LastFailureAt:  at,
+		ErrorTypes:     deadletter.ErrorTypes(cause),
+		PanicStack:     panicStack(cause),
 	}
+}
+
+// panicStack returns the stack of the recovered panic in cause's chain, from the panic on
+// (the frames of runtime/debug.Stack and of Recover's deferred function above it say nothing
+// about the handler), bounded as the record writes it; "" when cause holds no panic.
+func panicStack(cause error) string {
+	var pe *millrace.PanicError
+	if !errors.As(cause, &pe) || len(pe.Stack) == 0 {
+		return ""
+	}
+	s := string(pe.Stack)
+	if at := strings.Index(s, "\npanic("); at >= 0 {
+		if first := strings.IndexByte(s, '\n'); first < at {
+			s = s[:first+1] + s[at+1:] // keep the "goroutine N [running]:" line
+		}
+	}
+	return deadletter.BoundPanicStack(s)
 }
