@@ -29,6 +29,11 @@ type Capabilities struct {
 	DeliveryLimit int
 	// CarriesLastError is true when the previous attempt's error text reaches the next attempt.
 	CarriesLastError bool
+	// KnowsFirstAttempt is true when DecodeAttempt fills Attempt.FirstAttemptAt on every
+	// delivery after the first, from the broker's own state or from millrace's retry headers
+	// (the attempt middleware fills the first delivery's with its own time). RetryPolicy.
+	// MaxElapsed is refused where it is false. See RetryPolicy for what each broker's time is.
+	KnowsFirstAttempt bool
 }
 
 // Disposition tells the retry middleware what to do with the original after a retry was scheduled.
@@ -45,7 +50,9 @@ const (
 
 // RetryRequest asks an adapter to deliver a message again later.
 type RetryRequest struct {
-	// Attempt is the attempt that just failed.
+	// Attempt is the attempt that just failed: the last one of its delivery
+	// (Attempt.Delivery). A retry copy that carries its own history records
+	// Attempt.NextDelivery(), not Number+1.
 	Attempt Attempt
 	// Delay is how long to wait before the next attempt.
 	Delay time.Duration
@@ -69,7 +76,9 @@ type Adapter interface {
 	// destination). It is idempotent.
 	Provision(ctx context.Context, topic string, policy RetryPolicy) error
 	// DecodeAttempt reads the attempt of a received message from native state and headers.
-	// It never fails on untrusted input; MaxAttempts is filled in by the caller.
+	// It never fails on untrusted input; MaxAttempts is filled in by the caller. Its Number
+	// counts deliveries (the broker's delivery count, or the header a retry copy carries);
+	// the attempt middleware turns it into an attempt number under RetryPolicy.Immediate.
 	DecodeAttempt(msg *message.Message) Attempt
 	// ScheduleRetry arranges a redelivery after req.Delay without blocking later messages.
 	// On error the original must be left unacknowledged.

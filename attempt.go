@@ -35,8 +35,17 @@ func (s AttemptSource) String() string {
 
 // Attempt is the broker-neutral view of one delivery of a message.
 type Attempt struct {
-	// Number is the attempt number: 1 for the first delivery, counting across delayed retries.
+	// Number is the attempt number: 1 for the first, counting across delayed retries and
+	// immediate attempts (RetryPolicy.Immediate). An adapter's DecodeAttempt returns the
+	// delivery number here; the attempt middleware turns it into the number of the delivery's
+	// first attempt (RetryPolicy.FirstAttemptOf), the same number when Immediate is 0.
 	Number int
+	// Delivery is the number of the delivery the attempt belongs to: 1 for the first,
+	// counting across delayed retries (a redelivery after a crash or a failed write counts
+	// too, as the broker counts it). Set by the attempt middleware; equal to Number when
+	// RetryPolicy.Immediate is 0. Adapters that write their own retry state (a millrace-attempt
+	// header) write NextDelivery().
+	Delivery int
 	// NativeCount is the broker's own delivery count for this copy of the message, 0 where the
 	// broker keeps none. It differs from Number when a retry republishes (which resets it).
 	NativeCount int
@@ -60,6 +69,17 @@ type Attempt struct {
 
 // IsLast reports whether this is the last attempt the policy allows.
 func (a Attempt) IsLast() bool { return a.MaxAttempts > 0 && a.Number >= a.MaxAttempts }
+
+// NextDelivery returns the number of the delivery after this one: Delivery+1, or Number+1
+// for an Attempt the attempt middleware did not set up (Delivery 0), with saturating
+// arithmetic. A retry copy records it as its attempt header: headers count deliveries.
+func (a Attempt) NextDelivery() int {
+	d := a.Delivery
+	if d <= 0 {
+		d = a.Number
+	}
+	return SaturatingAdd(max(d, 1), 1)
+}
 
 type attemptKey struct{}
 

@@ -9,18 +9,20 @@ import (
 	"time"
 )
 
-// Backoff gives the delay before retry number n (n = 1 is the retry after the first failure).
+// Backoff gives the delay before delayed retry number n (n = 1 is the retry after the first
+// delivery failed; with RetryPolicy.Immediate 0, after the first failure).
 //
 // A type with this one method is a Backoff. Its Delay must depend on n alone (the same n, the
 // same delay): adapters with fixed delay tiers (RabbitMQ TTL queues, Kafka retry topics)
 // provision one tier per distinct delay, and RetryPolicy.ValidateFor judges the delays of
-// retries 1 to MaxAttempts-1 against the adapter's limits once, at start-up, by the same rules
+// retries 1 to RetryPolicy.DelayedRetries() (MaxAttempts-1 without immediate attempts) against
+// the adapter's limits once, at start-up, by the same rules
 // for every backoff. Optional interfaces carry the rest: a backoff whose delay varies between
 // calls (jitter) implements JitteredBackoff, one with settings to check implements
 // BackoffValidator, and one with rules that depend on the adapter implements
 // BackoffCapabilityValidator. Fixed, Delays and Exponential are the built-in backoffs.
 type Backoff interface {
-	// Delay returns the delay before retry n, n >= 1.
+	// Delay returns the delay before delayed retry n, n >= 1.
 	Delay(n int) time.Duration
 }
 

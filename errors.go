@@ -3,6 +3,7 @@ package millrace
 import (
 	"errors"
 	"strconv"
+	"time"
 )
 
 var (
@@ -54,11 +55,28 @@ type ExhaustedError struct {
 	Attempts int
 	// Err is the handler's error on that attempt (nil when the message arrived past the limit).
 	Err error
+	// MaxElapsed, when positive, says the message gave up on RetryPolicy.MaxElapsed, before
+	// MaxAttempts: Elapsed (the time since its first attempt) plus NextDelay (the delay before
+	// the attempt it would have had next) passes it.
+	MaxElapsed time.Duration
+	// Elapsed is the time from the first attempt to the failure (with MaxElapsed).
+	Elapsed time.Duration
+	// NextDelay is the delay the next attempt would have waited (with MaxElapsed; 0 for an
+	// immediate attempt).
+	NextDelay time.Duration
 }
 
-// Error says how many attempts were made and why the last one failed.
+// Error says how many attempts were made, which limit ended them when it was not
+// MaxAttempts, and why the last one failed.
 func (e *ExhaustedError) Error() string {
 	s := "millrace: retry attempts exhausted after " + strconv.Itoa(e.Attempts) + " attempts"
+	if e.MaxElapsed > 0 {
+		s += " (elapsed limit " + e.MaxElapsed.String() + ": " + e.Elapsed.String() + " since the first attempt"
+		if e.NextDelay > 0 {
+			s += " + next delay " + e.NextDelay.String()
+		}
+		s += ")"
+	}
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
 	}

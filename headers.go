@@ -10,7 +10,9 @@ import (
 // Metadata keys millrace writes when a retry republishes a message (memory, Kafka). They carry
 // the attempt history across copies, since those brokers keep no delivery counter of their own.
 const (
-	// HeaderAttempt is the number of the attempt the copy is for (2 for the first retry).
+	// HeaderAttempt is the number of the delivery the copy is for (2 for the first retry):
+	// with RetryPolicy.Immediate 0 the attempt number, else the delivery whose first attempt
+	// RetryPolicy.FirstAttemptOf gives (the copy's Attempt.NextDelivery()).
 	HeaderAttempt = "millrace-attempt"
 	// HeaderFirstAttemptAt is the first attempt's time, RFC 3339 with nanoseconds.
 	HeaderFirstAttemptAt = "millrace-first-attempt-at"
@@ -60,7 +62,8 @@ func AttemptFromHeaders(md message.Metadata) (a Attempt) {
 	return a
 }
 
-// SetRetryHeaders writes the headers of the copy that carries attempt next.Number.
+// SetRetryHeaders writes the headers of the copy that carries delivery next.Number (see
+// HeaderAttempt).
 func SetRetryHeaders(md message.Metadata, next Attempt, notBefore time.Time) {
 	md.Set(HeaderAttempt, strconv.Itoa(next.Number))
 	if !next.FirstAttemptAt.IsZero() {
