@@ -21,7 +21,7 @@ const (
 	BreakerClosed BreakerState = iota + 1
 	// BreakerOpen: arriving messages wait in the breaker, unsettled, without calling the handler.
 	BreakerOpen
-	// BreakerHalfOpen: one waiting message, the probe, is being handled.
+	// BreakerHalfOpen: one waiting message, the probe, is being handled; the others wait on.
 	BreakerHalfOpen
 )
 
@@ -48,6 +48,10 @@ type BreakerEvent struct {
 	From, To BreakerState
 	// Failures is the number of consecutive Retry outcomes counted at the change (0 on close).
 	Failures int
+	// Waiting is the number of messages waiting in the breaker at the change; on close, those
+	// it releases to the handler. While the breaker is open it grows up to the adapter's
+	// in-flight window (see Breaker).
+	Waiting int
 	// Err is the error that opened the breaker or failed the probe; nil otherwise.
 	Err error
 	// At is when the change happened (BreakerConfig.Now).
@@ -58,27 +62,42 @@ type BreakerEvent struct {
 type BreakerConfig struct {
 	// Threshold is the number of consecutive Retry outcomes that opens the breaker. Required, >= 1.
 	Threshold int
-	// ProbeInterval is the time between probes while the breaker is open: after it opens, and
-	// after each failed probe, one waiting message is let through once it has passed.
-	// Default 1 s.
+	// ProbeInterval is the time between probes while the breaker is open: once it has passed
+	// since the breaker opened, or since the last probe failed, one waiting message is let
+	// through. Default DefaultProbeInterval (1 s).
 	ProbeInterval time.Duration
 	// MaxHold is the longest a message waits in an open breaker; then it is handed back to the
-	// broker unhandled (nacked) without calling the handler. 0 = until the breaker closes or the
-	// message's context ends. The router sets it for adapters that are a millrace.BudgetBounded
-	// (see Bounded), since past their bound the broker gives the message to another consumer.
+	// broker unhandled (nacked) without calling the handler, and the adapter delivers it again
+	// later, counting one more delivery (see Breaker). 0 = until the breaker closes, the
+	// message's context ends or Stop is closed. The router sets it for adapters that are a
+	// millrace.BudgetBounded: see Bounded.
 	MaxHold time.Duration
-	// Logger receives a Warn line when the breaker opens and when it closes, and an Info line per
-	// probe. Default: slog.Default().
+	// Stop, when closed, hands every waiting message back at once (nacked, as after MaxHold),
+	// and every message that arrives while the breaker is not closed. Close it when the
+	// consumer shuts down: the adapters keep a message's context alive through a shutdown, so
+	// that running handlers finish, and a message waiting in the breaker would otherwise hold
+	// the shutdown (and, on Kafka, a rebalance) until MaxHold or the router's CloseTimeout.
+	Stop <-chan struct{}
+	// Logger receives a Warn line when the breaker opens and when it closes, an Info line per
+	// probe and per failed probe, and a Debug line per message handed back. Default:
+	// slog.Default().
 	Logger *slog.Logger
-	// OnStateChange, when set, is called on every change of state, on the goroutine of the message
-	// that caused it, after the change (other messages already see the new state). It should be
-	// quick; a panic in it is recovered and logged at Error.
+	// OnStateChange, when set, is called on every change of state with the message that caused
+	// it, on that message's goroutine, after the change (other messages already see the new
+	// state; two changes close together may reach the hook out of order, BreakerEvent.At tells).
+	// It should be quick; a panic in it is recovered and logged at Error.
 	OnStateChange func(ctx context.Context, ev BreakerEvent)
-	// Now returns the current time, for BreakerEvent.At. Default: time.Now.
+	// Now returns the current time. Default: time.Now.
 	Now func() time.Time
 
+	// bounded is set by Bounded; room is then the longest a message may wait and still be
+	// handled within its claim on the message.
+	bounded bool
+	room    time.Duration
 	// afterFunc runs f after d, like time.AfterFunc; tests replace it. Default: time.AfterFunc.
 	afterFunc func(d time.Duration, f func()) (stop func() bool)
+	// onWait, when set (tests), is called when a message starts waiting.
+	onWait func(msg *message.Message)
 }
 
 // DefaultProbeInterval is BreakerConfig.ProbeInterval's default.
@@ -95,33 +114,89 @@ func (c BreakerConfig) Validate() error {
 			Rule: "must not be negative (0 means " + DefaultProbeInterval.String() + ")"}
 	case c.MaxHold < 0:
 		return &millrace.ConfigError{Field: "BreakerConfig.MaxHold", Value: c.MaxHold.String(),
-			Rule: "must not be negative (0 means until the breaker closes or the message's context ends)"}
+			Rule: "must not be negative (0 means until the breaker closes)"}
 	}
 	return nil
 }
 
-// Bounded returns c with MaxHold set, when it is 0, for an adapter that hands a message to
-// another consumer once it has been held longer than maxBudget (a millrace.BudgetBounded), for
-// handlers that run at most budget. The router calls it.
+// Bounded returns c for an adapter that gives a message to another consumer once it has been
+// held for about maxBudget (a millrace.BudgetBounded: the Redis Streams MinIdle, the SQS
+// visibility timeout, the JetStream AckWait, each bounded by the adapter's MaxBudget), for
+// handlers that run for at most budget. The router calls it. A message may then wait only as
+// long as its handler still fits in the claim afterwards, room = maxBudget - budget:
+//
+//   - MaxHold, when 0 or longer, becomes room, or maxBudget when there is no room (budget =
+//     maxBudget, the router's default Budget);
+//   - a message that waited longer than room is handed back (nacked) instead of handled when the
+//     breaker closes or picks it as the probe, since its handler could outlive its claim. With
+//     no room, only a message that arrives while the probe is due can be the probe, and every
+//     message that had to wait is handed back: give the breaker room by setting the router's
+//     Budget below the adapter's processing budget by the longest outage it should ride out.
 func (c BreakerConfig) Bounded(maxBudget, budget time.Duration) BreakerConfig {
-	if c.MaxHold == 0 && maxBudget > 0 {
-		c.MaxHold = max(budget, time.Millisecond)
+	if maxBudget <= 0 {
+		return c
+	}
+	c.bounded = true
+	c.room = max(maxBudget-budget, 0)
+	limit := c.room
+	if limit == 0 {
+		limit = maxBudget
+	}
+	if c.MaxHold == 0 || c.MaxHold > limit {
+		c.MaxHold = limit
 	}
 	return c
 }
 
-// Breaker is the outage breaker. It counts the consecutive Retry outcomes of the handler it
-// wraps (Success, Discard and Malformed reset the count: the dependency answered; a shutdown
-// counts nothing) and, at Threshold, opens: arriving messages then wait in the breaker without
-// calling the handler and without being settled, so they burn no attempt, and the adapter's
-// bounded in-flight window fills and it stops fetching. Every ProbeInterval one waiting message
-// is let through as a probe; its success (or any other handled message's) closes the breaker and
-// releases every waiting message to the handler, a Retry restarts the interval. A message that
-// has waited MaxHold is nacked without calling the handler; one whose context ends returns the
-// context's error.
+// Breaker is the outage breaker: it stops a dependency outage from using up every message's
+// attempts. It counts the consecutive Retry outcomes of the handler it wraps (Success, Discard
+// and Malformed reset the count: the dependency answered; a shutdown counts nothing) and, at
+// Threshold, opens: arriving messages then wait in the breaker, unsettled and without calling
+// the handler, so they use no attempt, and once the adapter's in-flight window is full it
+// stops fetching (the broker keeps the rest). Once ProbeInterval has passed, one waiting
+// message goes through as the probe (half-open; the others wait on). Its success, or that of
+// any other message handled meanwhile, closes the breaker and releases every waiting message to
+// the handler; a Retry opens it again and restarts the interval. A message leaves the breaker
+// unhandled when it has waited MaxHold or Stop is closed (nacked, error nil: the router's ack
+// is then a no-op and Retry and Poison above see a success, so nothing is scheduled or
+// dead-lettered) or when its context ends (the context's error for a cancellation, as Retry
+// passes a shutdown on; a nack for a deadline).
 //
 // Each handler the returned middleware wraps has a breaker of its own. Install it inside Retry
-// and outside Classify, so the errors it counts carry their outcome.
+// and outside Classify (the router does, with router.Config.Breaker), so the errors it counts
+// carry their outcome and a probe that fails is retried by the policy like any attempt: a
+// probe uses an attempt, a waiting message none.
+//
+// # What holding costs, per broker
+//
+// A waiting message stays unsettled in the adapter, so each adapter's bound on unsettled
+// messages per subscription (one router handler) is how many wait, and what the broker does
+// with an unsettled message over time is what a long wait costs. A message handed back
+// (MaxHold, Stop) counts one more delivery on every adapter, so it costs an attempt.
+//
+//   - memory: one message per subscription; nothing else waits. No bound on the wait.
+//   - Redis Streams: Config.Window entries (default 64); the rest stays in the stream. An entry
+//     idle longer than MinIdle is claimed by the recovery pass and delivered again with one
+//     more delivery count, so Bounded keeps the wait within MaxBudget - Budget; a handed-back
+//     entry stays pending until MinIdle and is then delivered again.
+//   - RabbitMQ: Config.Prefetch per subscription (basic.qos, default 10); the rest stays in
+//     the queue. No broker bound on the wait (a consumer timeout, if the server has one, closes
+//     the channel and requeues). A hand-back is a requeue after RequeueDelay.
+//   - Kafka: up to Config.MaxInFlight records per claimed partition are handed out (16 by
+//     default); further records wait unmarked behind them, and the partition stops taking
+//     records at 16 x MaxInFlight. No broker bound on the wait, but a rebalance waits for the
+//     records in flight (up to the rebalance timeout, 5 min by default): set MaxHold well
+//     below it, or close Stop when the consumer leaves. A hand-back is redelivered after
+//     NackDelay.
+//   - SQS: one message per subscription (MaxNumberOfMessages 1). The message becomes visible to
+//     other consumers at the end of VisibilityTimeout, so Bounded keeps the wait within
+//     MaxBudget - Budget; a handed-back message stays hidden until its visibility timeout ends.
+//   - NATS JetStream: Config.Window messages per subscription (default 64). JetStream redelivers
+//     a message after AckWait, so Bounded keeps the wait within MaxBudget - Budget; a
+//     handed-back message is nacked with NackDelay.
+//
+// The conformance suite's BreakerHoldsDuringOutage test runs the outage of issue 17 on every
+// adapter and logs how many messages waited.
 func Breaker(cfg BreakerConfig) message.HandlerMiddleware {
 	logger, now := defaults(cfg.Logger, cfg.Now)
 	if cfg.ProbeInterval <= 0 {
@@ -140,7 +215,11 @@ func Breaker(cfg BreakerConfig) message.HandlerMiddleware {
 				return b.run(h, msg, false)
 			}
 			closed, probe := b.closed, b.probe
+			b.waiting++
 			b.mu.Unlock()
+			if cfg.onWait != nil {
+				cfg.onWait(msg)
+			}
 			return b.wait(h, msg, closed, probe)
 		}
 	}
@@ -155,40 +234,42 @@ type breaker struct {
 	mu       sync.Mutex
 	state    BreakerState
 	failures int
-	// closed is closed when the breaker closes; probe holds the token of the next probe. Both
-	// are made anew each time the breaker opens.
+	waiting  int
+	// closed is closed when the breaker closes; probe holds the token of the next probe once
+	// it is due. Both are made anew each time the breaker opens from closed.
 	closed chan struct{}
 	probe  chan struct{}
 	stop   func() bool // stops the probe timer
 }
 
-// wait holds msg while the breaker is open.
+// wait holds msg while the breaker is open; b.waiting counts it.
 func (b *breaker) wait(h message.HandlerFunc, msg *message.Message, closed, probe chan struct{}) ([]*message.Message, error) {
+	// A probe that is due goes to a message that arrives, without waiting.
+	select {
+	case <-probe:
+		return b.probeOrRelease(h, msg, closed, probe, false)
+	default:
+	}
 	var hold chan struct{}
 	if b.cfg.MaxHold > 0 {
 		hold = make(chan struct{})
 		stop := b.after(b.cfg.MaxHold, func() { close(hold) })
 		defer stop()
 	}
+	start := b.now()
 	ctx := msg.Context()
 	select {
 	case <-closed:
+		b.left()
+		if b.cfg.bounded && b.now().Sub(start) > b.cfg.room {
+			return b.handBack(msg, "released past the room its claim leaves for the handler")
+		}
 		return b.run(h, msg, false)
 	case <-probe:
-		b.mu.Lock()
-		isProbe := b.probe == probe && b.state == BreakerOpen
-		if isProbe {
-			b.state = BreakerHalfOpen
-		}
-		failures := b.failures
-		b.mu.Unlock()
-		if !isProbe {
-			// A token of an open period that has ended: the breaker closed meanwhile.
-			return b.run(h, msg, false)
-		}
-		b.changed(msg, BreakerOpen, BreakerHalfOpen, failures, nil)
-		return b.run(h, msg, true)
+		waited := b.cfg.bounded && b.now().Sub(start) > b.cfg.room
+		return b.probeOrRelease(h, msg, closed, probe, waited)
 	case <-ctx.Done():
+		b.left()
 		err := ctx.Err()
 		if errors.Is(err, context.Canceled) {
 			// A shutdown: the router nacks; Retry and Poison pass a canceled message's error on.
@@ -196,15 +277,64 @@ func (b *breaker) wait(h message.HandlerFunc, msg *message.Message, closed, prob
 		}
 		// Any other end (a deadline on the message's context): give it back without an error
 		// that Retry would turn into a scheduled retry.
-		msg.Nack()
-		return nil, nil
+		return b.handBack(msg, "its context ended")
 	case <-hold:
-		b.logger.LogAttrs(ctx, slog.LevelDebug, "millrace: breaker open, message handed back unhandled after MaxHold",
-			slog.String("message_uuid", msg.UUID), slog.Duration("max_hold", b.cfg.MaxHold))
-		// The router's Ack after the nil return is then a no-op, as after Retry's nack.
-		msg.Nack()
-		return nil, nil
+		b.left()
+		return b.handBack(msg, "MaxHold passed")
+	case <-b.cfg.Stop:
+		b.left()
+		return b.handBack(msg, "Stop closed")
 	}
+}
+
+// probeOrRelease is the end of a wait by the probe token: msg becomes the probe, unless the
+// breaker closed meanwhile (the token is of an open period that has ended; msg is handled as
+// released) or msg waited past its room (handed back, the token passed on).
+func (b *breaker) probeOrRelease(h message.HandlerFunc, msg *message.Message, closed, probe chan struct{}, pastRoom bool) ([]*message.Message, error) {
+	b.mu.Lock()
+	b.waiting--
+	current := b.probe == probe && b.state == BreakerOpen
+	if !current {
+		b.mu.Unlock()
+		if pastRoom {
+			return b.handBack(msg, "released past the room its claim leaves for the handler")
+		}
+		return b.run(h, msg, false)
+	}
+	if pastRoom {
+		offer(probe)
+		b.mu.Unlock()
+		return b.handBack(msg, "picked as the probe past the room its claim leaves for the handler")
+	}
+	select {
+	case <-b.cfg.Stop:
+		offer(probe)
+		b.mu.Unlock()
+		return b.handBack(msg, "Stop closed")
+	default:
+	}
+	b.state = BreakerHalfOpen
+	failures, waiting := b.failures, b.waiting
+	b.mu.Unlock()
+	b.changed(msg, BreakerOpen, BreakerHalfOpen, failures, waiting, nil)
+	return b.run(h, msg, true)
+}
+
+// left uncounts a message that stops waiting.
+func (b *breaker) left() {
+	b.mu.Lock()
+	b.waiting--
+	b.mu.Unlock()
+}
+
+// handBack gives msg back to the broker unhandled. The nil error makes the router's ack a
+// no-op (as after Retry's nack for millrace.NackOriginal) and schedules or dead-letters nothing.
+func (b *breaker) handBack(msg *message.Message, why string) ([]*message.Message, error) {
+	ctx := msg.Context()
+	b.logger.LogAttrs(ctx, slog.LevelDebug, "millrace: outage breaker hands a waiting message back unhandled",
+		slog.String("message_uuid", msg.UUID), slog.String("reason", why))
+	msg.Nack()
+	return nil, nil
 }
 
 // run calls the handler and counts its outcome.
@@ -219,7 +349,7 @@ func (b *breaker) count(msg *message.Message, err error, probe bool) {
 	failed := false
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-			// A shutdown: nothing is counted. A probe gives its turn to the next waiting message.
+			// A shutdown: nothing is counted. A probe gives its turn to the next message.
 			if probe {
 				b.mu.Lock()
 				if b.state == BreakerHalfOpen {
@@ -239,16 +369,16 @@ func (b *breaker) count(msg *message.Message, err error, probe bool) {
 			b.mu.Unlock()
 			return
 		}
-		from := b.state
+		from, waiting := b.state, b.waiting
 		b.state = BreakerClosed
 		close(b.closed)
 		b.stop()
 		b.mu.Unlock()
-		b.changed(msg, from, BreakerClosed, 0, nil)
+		b.changed(msg, from, BreakerClosed, 0, waiting, nil)
 		return
 	}
 	b.failures++
-	failures := b.failures
+	failures, waiting := b.failures, b.waiting
 	switch {
 	case b.state == BreakerClosed && failures >= b.cfg.Threshold:
 		b.state = BreakerOpen
@@ -256,12 +386,12 @@ func (b *breaker) count(msg *message.Message, err error, probe bool) {
 		b.probe = make(chan struct{}, 1)
 		b.arm()
 		b.mu.Unlock()
-		b.changed(msg, BreakerClosed, BreakerOpen, failures, err)
+		b.changed(msg, BreakerClosed, BreakerOpen, failures, waiting, err)
 	case b.state == BreakerHalfOpen && probe:
 		b.state = BreakerOpen
 		b.arm()
 		b.mu.Unlock()
-		b.changed(msg, BreakerHalfOpen, BreakerOpen, failures, err)
+		b.changed(msg, BreakerHalfOpen, BreakerOpen, failures, waiting, err)
 	default:
 		// Closed below the threshold, or a message admitted before the breaker opened that
 		// failed while it is open: only the count changes.
@@ -284,16 +414,18 @@ func offer(probe chan struct{}) {
 }
 
 // changed logs a change of state and calls the hook.
-func (b *breaker) changed(msg *message.Message, from, to BreakerState, failures int, err error) {
+func (b *breaker) changed(msg *message.Message, from, to BreakerState, failures, waiting int, err error) {
 	ctx := msg.Context()
-	ev := BreakerEvent{Handler: message.HandlerNameFromCtx(ctx), From: from, To: to, Failures: failures, Err: err, At: b.now()}
+	ev := BreakerEvent{Handler: message.HandlerNameFromCtx(ctx), From: from, To: to,
+		Failures: failures, Waiting: waiting, Err: err, At: b.now()}
 	level := slog.LevelInfo
 	if to == BreakerClosed || from == BreakerClosed {
 		level = slog.LevelWarn
 	}
 	if b.logger.Enabled(ctx, level) {
 		attrs := []slog.Attr{slog.String("handler", ev.Handler), slog.String("state", to.String()),
-			slog.String("from", from.String()), slog.Int("consecutive_failures", failures)}
+			slog.String("from", from.String()), slog.Int("consecutive_failures", failures),
+			slog.Int("waiting", waiting)}
 		if err != nil {
 			attrs = append(attrs, slog.String("error", err.Error()))
 		}
