@@ -50,6 +50,11 @@ type Config struct {
 	// adapter that is a millrace.BudgetBounded, a zero Breaker.MaxHold is set from the Budget
 	// (see middleware.BreakerConfig.Bounded); Logger defaults to the router's.
 	Breaker *middleware.BreakerConfig
+	// Idempotency, when set, guards every handler with an idempotency lease made from the
+	// handler's own settings (idempotency.ForRouter): the innermost layer, right around the
+	// handler, so that a message whose lease is held or done never reaches it. Nil (the
+	// default) = no lease; WithIdempotency sets or clears it for one handler.
+	Idempotency Idempotency
 }
 
 // Validate checks every field and the policy against the adapter's capabilities.

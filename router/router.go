@@ -1,9 +1,11 @@
 // Package router builds a Watermill router with millrace's middleware stack in the right order
-// for one adapter and one retry policy, and validates everything before it starts.
+// for one adapter, with retry policy, budget, classifier, breaker and idempotency given once as
+// the router's defaults and overridable per handler, and validates everything before it starts.
 package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -19,52 +21,136 @@ type HandlerFunc func(ctx context.Context, msg *message.Message, attempt millrac
 
 // Router runs millrace handlers on one adapter.
 type Router struct {
-	cfg    Config
-	wm     *message.Router
-	mu     sync.Mutex
-	topics []string
+	base Config // as given to New, before defaults: each handler's options apply to it
+	cfg  Config // base with defaults
+	wm   *message.Router
+
+	mu       sync.Mutex
+	handlers map[string]*registered
+	order    []*registered
+	fallback []message.HandlerMiddleware // the router's own stack, for handlers added to Watermill directly
+}
+
+// registered is one handler added through the Router.
+type registered struct {
+	name, topic string
+	cfg         Config                     // the handler's settings, defaults applied
+	stack       []message.HandlerMiddleware // nil when err is set
+	err         error
 }
 
 // New validates cfg (the policy against the adapter's limits included) and returns a Router
 // whose handlers all run behind the millrace stack.
 func New(cfg Config) (*Router, error) {
-	stack, err := Stack(cfg)
+	fallback, err := Stack(cfg)
 	if err != nil {
 		return nil, err
 	}
-	cfg.setDefaults()
-	wm, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, wmlog.New(cfg.Logger))
+	full := cfg
+	full.setDefaults()
+	wm, err := message.NewRouter(message.RouterConfig{CloseTimeout: full.CloseTimeout}, wmlog.New(full.Logger))
 	if err != nil {
 		return nil, fmt.Errorf("millrace router: %w", err)
 	}
-	wm.AddMiddleware(stack...)
-	return &Router{cfg: cfg, wm: wm}, nil
+	r := &Router{base: cfg, cfg: full, wm: wm, handlers: map[string]*registered{}, fallback: fallback}
+	// One router-level middleware, added first so that it is the outermost as before: it puts
+	// each handler behind the stack of that handler's own settings. A router-level middleware
+	// is applied once per handler without its name, which the first message's context gives.
+	wm.AddMiddleware(r.dispatch)
+	return r, nil
 }
 
-// Handle registers h under name for messages on topic.
-func (r *Router) Handle(name, topic string, h HandlerFunc) {
+// Handle registers h under name for messages on topic; opts override the router's settings
+// for this handler.
+func (r *Router) Handle(name, topic string, h HandlerFunc, opts ...HandlerOption) {
 	r.HandleMessage(name, topic, func(msg *message.Message) error {
 		return h(msg.Context(), msg, millrace.AttemptFrom(msg))
-	})
+	}, opts...)
 }
 
-// HandleMessage registers a plain Watermill handler under name for messages on topic.
-func (r *Router) HandleMessage(name, topic string, h message.NoPublishHandlerFunc) {
-	r.mu.Lock()
-	r.topics = append(r.topics, topic)
-	r.mu.Unlock()
+// HandleMessage registers a plain Watermill handler under name for messages on topic; opts
+// override the router's settings for this handler.
+func (r *Router) HandleMessage(name, topic string, h message.NoPublishHandlerFunc, opts ...HandlerOption) {
+	r.register(name, topic, opts)
 	r.wm.AddConsumerHandler(name, topic, r.cfg.Adapter.Subscriber(), h)
 }
 
-// Run provisions every handler's topic on the adapter, then runs the handlers until ctx is
-// done or Close is called.
-func (r *Router) Run(ctx context.Context) error {
+// register builds and keeps the stack of the handler name; an invalid setting is kept as the
+// error Run returns.
+func (r *Router) register(name, topic string, opts []HandlerOption) {
+	cfg := handlerConfig(r.base, opts)
+	reg := &registered{name: name, topic: topic}
+	reg.stack, reg.err = handlerStack(cfg, name, topic)
+	if reg.err != nil {
+		reg.err = fmt.Errorf("millrace router: handler %q: %w", name, reg.err)
+	}
+	cfg.setDefaults()
+	reg.cfg = cfg
 	r.mu.Lock()
-	topics := append([]string(nil), r.topics...)
+	defer r.mu.Unlock()
+	if _, dup := r.handlers[name]; !dup {
+		r.handlers[name] = reg
+		r.order = append(r.order, reg)
+	}
+	// A duplicate name is left to Watermill, which panics with DuplicateHandlerNameError.
+}
+
+// Validate reports every handler whose settings are invalid (a policy the adapter cannot
+// carry, a budget above its maximum, a guard that refuses them, ...), joined; nil when all are
+// valid. Run calls it before it provisions or starts anything.
+func (r *Router) Validate() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var errs []error
+	for _, reg := range r.order {
+		if reg.err != nil {
+			errs = append(errs, reg.err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// dispatch is the router-level middleware that runs each handler behind its own stack.
+func (r *Router) dispatch(h message.HandlerFunc) message.HandlerFunc {
+	var once sync.Once
+	var wrapped message.HandlerFunc
+	return func(msg *message.Message) ([]*message.Message, error) {
+		once.Do(func() { wrapped = wrap(r.stackOf(message.HandlerNameFromCtx(msg.Context())), h) })
+		return wrapped(msg)
+	}
+}
+
+// stackOf is the stack of the handler name, the router's own for one it does not know (a
+// handler added to the Watermill router directly).
+func (r *Router) stackOf(name string) []message.HandlerMiddleware {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if reg, ok := r.handlers[name]; ok && reg.err == nil {
+		return reg.stack
+	}
+	return r.fallback
+}
+
+// wrap puts h behind stack, stack[0] outermost.
+func wrap(stack []message.HandlerMiddleware, h message.HandlerFunc) message.HandlerFunc {
+	for i := len(stack) - 1; i >= 0; i-- {
+		h = stack[i](h)
+	}
+	return h
+}
+
+// Run validates every handler's settings, provisions every handler's topic on the adapter with
+// that handler's policy, then runs the handlers until ctx is done or Close is called.
+func (r *Router) Run(ctx context.Context) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	regs := append([]*registered(nil), r.order...)
 	r.mu.Unlock()
-	for _, t := range topics {
-		if err := r.cfg.Adapter.Provision(ctx, t, r.cfg.Policy); err != nil {
-			return fmt.Errorf("millrace router: provision topic %q: %w", t, err)
+	for _, reg := range regs {
+		if err := r.cfg.Adapter.Provision(ctx, reg.topic, reg.cfg.Policy); err != nil {
+			return fmt.Errorf("millrace router: provision topic %q: %w", reg.topic, err)
 		}
 	}
 	return r.wm.Run(ctx)

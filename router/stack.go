@@ -9,7 +9,14 @@ import (
 
 // Stack returns millrace's middleware for cfg in the order they must run, outermost first, for
 // use with a hand-built Watermill router (router.AddMiddleware(stack...)). It validates cfg.
+// With Config.Idempotency set, the guard is made with an empty handler name and topic; a
+// Router makes one per handler instead.
 func Stack(cfg Config) ([]message.HandlerMiddleware, error) {
+	return handlerStack(cfg, "", "")
+}
+
+// handlerStack is the stack of the handler name on topic whose settings are cfg.
+func handlerStack(cfg Config, name, topic string) ([]message.HandlerMiddleware, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -29,11 +36,22 @@ func Stack(cfg Config) ([]message.HandlerMiddleware, error) {
 	if cfg.Breaker != nil {
 		stack = append(stack, middleware.Breaker(breakerConfig(cfg)))
 	}
-	return append(stack,
+	stack = append(stack,
 		middleware.Classify(cfg.Classifier),
 		middleware.Budget(cfg.Budget),
 		middleware.Recover(),
-	), nil
+	)
+	if cfg.Idempotency != nil {
+		guard, err := cfg.Idempotency.Middleware(HandlerSettings{
+			Name: name, Topic: topic, Broker: caps.Broker, Policy: cfg.Policy, Budget: cfg.Budget,
+			Classifier: cfg.Classifier, DeadLetterDiscards: cfg.DeadLetterDiscards, Logger: cfg.Logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		stack = append(stack, guard)
+	}
+	return stack, nil
 }
 
 // breakerConfig is cfg.Breaker with the router's defaults (cfg has its own defaults set).
