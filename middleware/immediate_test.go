@@ -1,8 +1,10 @@
 package middleware_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -332,5 +334,26 @@ func TestNoImmediateKeepsNumbering(t *testing.T) {
 	}
 	if len(calls) != 1 || calls[0].number != 2 || calls[0].delivery != 2 || len(d.retries) != 1 || d.retries[0].Attempt.NextDelivery() != 3 {
 		t.Fatalf("calls %+v, retries %+v", calls, d.retries)
+	}
+}
+
+// Poison's dead-letter line says when the elapsed limit, not MaxAttempts, ended the retries.
+func TestMaxElapsedDeadLetterIsLogged(t *testing.T) {
+	first := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	p := millrace.RetryPolicy{MaxAttempts: 10, Backoff: millrace.Fixed(20 * time.Second), MaxElapsed: time.Minute}
+	d := &deliveries{recorder: recorder{number: 2}, first: first}
+	var logs bytes.Buffer
+	h := middleware.Poison(d, middleware.PoisonConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))})(
+		middleware.Attempt(d, p)(
+			middleware.Retry(d, middleware.RetryConfig{Policy: p, Logger: quiet, Now: func() time.Time { return first.Add(45 * time.Second) }})(
+				middleware.Classify(nil)(failing()))))
+	if _, err := h(msgWithCtx()); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.deadLetter) != 1 || d.deadLetter[0].LastError != errDown.Error() {
+		t.Fatalf("dead letters %+v, want one with the handler's error", d.deadLetter)
+	}
+	if want := `elapsed_limit="1m0s: 45s since the first attempt + next delay 20s"`; !strings.Contains(logs.String(), want) {
+		t.Errorf("log %q does not contain %q", logs.String(), want)
 	}
 }

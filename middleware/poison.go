@@ -78,13 +78,25 @@ func poisonFailed(dl DeadLetterer, cfg *PoisonConfig, logger *slog.Logger, now f
 	if dlErr := dl.DeadLetter(msg.Context(), msg, rec); dlErr != nil {
 		return nil, fmt.Errorf("%w: %w (message was %s: %w)", millrace.ErrDeadLetterFailed, dlErr, reason, cause)
 	}
-	logger.WarnContext(msg.Context(), "millrace: message dead-lettered",
-		slog.String("message_uuid", msg.UUID), slog.String("reason", string(reason)),
-		slog.Int("attempts", rec.Attempts), slog.String("error", rec.LastError))
+	logDeadLettered(msg.Context(), logger, msg.UUID, reason, rec.Attempts, rec.LastError, err)
 	if cfg.OnDeadLetter != nil {
 		deadLettered(cfg.OnDeadLetter, logger, msg, &rec, cause)
 	}
 	return nil, nil
+}
+
+// logDeadLettered writes the Warn line of a dead letter; one exhausted by RetryPolicy.
+// MaxElapsed, before MaxAttempts, says so in an elapsed_limit attribute (the limit, the
+// time since the first attempt, the next delay). Apart from poisonFailed to keep its
+// attributes off that frame.
+func logDeadLettered(ctx context.Context, logger *slog.Logger, uuid string, reason deadletter.Reason, attempts int, lastError string, err error) {
+	attrs := []slog.Attr{slog.String("message_uuid", uuid), slog.String("reason", string(reason)),
+		slog.Int("attempts", attempts), slog.String("error", lastError)}
+	var ex *millrace.ExhaustedError
+	if errors.As(err, &ex) && ex.MaxElapsed > 0 {
+		attrs = append(attrs, slog.String("elapsed_limit", fmt.Sprintf("%s: %s since the first attempt + next delay %s", ex.MaxElapsed, ex.Elapsed, ex.NextDelay)))
+	}
+	logger.LogAttrs(ctx, slog.LevelWarn, "millrace: message dead-lettered", attrs...)
 }
 
 // deadLettered calls the OnDeadLetter hook. It takes the record by pointer and builds the
