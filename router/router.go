@@ -34,7 +34,7 @@ type Router struct {
 // registered is one handler added through the Router.
 type registered struct {
 	name, topic string
-	cfg         Config                     // the handler's settings, defaults applied
+	cfg         Config                      // the handler's settings, defaults applied
 	stack       []message.HandlerMiddleware // nil when err is set
 	err         error
 }

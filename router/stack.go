@@ -29,7 +29,7 @@ func handlerStack(cfg Config, name, topic string) ([]message.HandlerMiddleware, 
 		}),
 		middleware.Attempt(cfg.Adapter, cfg.Policy),
 		middleware.Retry(cfg.Adapter, middleware.RetryConfig{
-			Policy: cfg.Policy, MaxDelay: caps.MaxDelay, Logger: cfg.Logger,
+			Policy: cfg.Policy, MaxDelay: caps.MaxDelay, Budget: cfg.Budget, Logger: cfg.Logger,
 			OnRetry: cfg.OnRetry,
 		}),
 	}
