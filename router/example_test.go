@@ -187,3 +187,52 @@ func ExampleConfig_hooks() {
 	// retry declined-id: attempt 2 of 3 failed (card declined), next in 10ms
 	// dead letter declined-id: exhausted after 3 attempts (card declined)
 }
+
+// Per-handler settings: the router's policy (3 attempts) is the default; the "audit" handler
+// has its own (1 attempt, never retried), and "enrich" publishes what it returns, only on
+// Success.
+func ExampleRouter_Handle_perHandler() {
+	a, err := memory.New(memory.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer a.Close()
+	r, err := router.New(router.Config{
+		Adapter: a,
+		Policy:  millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(time.Millisecond)},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		panic(err)
+	}
+	down := func(_ context.Context, msg *message.Message, at millrace.Attempt) error {
+		fmt.Printf("%s: attempt %d of %d\n", msg.Payload, at.Number, at.MaxAttempts)
+		return errors.New("down")
+	}
+	r.Handle("push", "push", down)
+	r.Handle("audit", "audit", down, router.WithPolicy(millrace.RetryPolicy{MaxAttempts: 1}))
+	r.HandleProducing("enrich", "orders", "orders.enriched", a,
+		func(_ context.Context, msg *message.Message, _ millrace.Attempt) ([]*message.Message, error) {
+			return []*message.Message{message.NewMessage(msg.UUID, append(msg.Payload, " (enriched)"...))}, nil
+		})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = r.Run(ctx) }()
+	<-r.Running()
+	for _, topic := range []string{"push", "audit", "orders"} {
+		if err := a.Publish(topic, message.NewMessage(topic+"-1", []byte(topic))); err != nil {
+			panic(err)
+		}
+		settle(a, topic)
+	}
+	for _, m := range a.Peek("orders.enriched") {
+		fmt.Printf("published: %s\n", m.Payload)
+	}
+	_ = r.Close()
+	// Output:
+	// push: attempt 1 of 3
+	// push: attempt 2 of 3
+	// push: attempt 3 of 3
+	// audit: attempt 1 of 1
+	// published: orders (enriched)
+}
