@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,9 @@ func Run(t *testing.T, h Harness) {
 		{"BudgetBoundsHandler", testBudgetBoundsHandler},
 		{"InvalidPolicyIsRefused", testInvalidPolicyIsRefused},
 		{"DelayAboveAdapterMaximumIsRefused", testDelayAboveAdapterMaximumIsRefused},
+		{"ImmediateThenDelayedRetries", testImmediateThenDelayedRetries},
+		{"MaxElapsedGivesUp", testMaxElapsedGivesUp},
+		{"BreakerHoldsDuringOutage", testBreakerHoldsDuringOutage},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,7 +143,7 @@ func testExhaustedIsDeadLetteredOnce(t *testing.T, h Harness, opts Options) {
 	f := newFixture(t, h, opts)
 	dl := f.watchDeadLetters()
 	f.run(router.Config{Policy: f.policy(maxAttempts, opts.Delay)}, func(_ context.Context, _ *message.Message, a millrace.Attempt) error {
-		return fmt.Errorf("dependency down (attempt %d)", a.Number)
+		return fmt.Errorf("dependency down (attempt %d): %w", a.Number, &dependencyError{status: 503})
 	})
 	payload := `{"id":"exhausted","text":"naïve café ✓"}`
 	msg := newMsg(payload)
@@ -154,6 +158,12 @@ func testExhaustedIsDeadLetteredOnce(t *testing.T, h Harness, opts Options) {
 	checkRecord(t, rec, f, msg.UUID, []byte(payload), deadletter.Exhausted, maxAttempts)
 	if !strings.Contains(rec.LastError, fmt.Sprintf("attempt %d", maxAttempts)) {
 		t.Errorf("LastError %q, want the error of attempt %d", rec.LastError, maxAttempts)
+	}
+	if want := []string{"*fmt.wrapError", "*conformance.dependencyError"}; !slices.Equal(rec.ErrorTypes, want) {
+		t.Errorf("ErrorTypes %q, want %q: the Go types of the last error's chain", rec.ErrorTypes, want)
+	}
+	if rec.PanicStack != "" {
+		t.Errorf("PanicStack %q on a dead letter that did not panic", rec.PanicStack)
 	}
 	if rec.FirstFailureAt.Before(before.Add(-time.Second)) || rec.LastFailureAt.Before(rec.FirstFailureAt) {
 		t.Errorf("failure times out of order: first %s, last %s, published %s", rec.FirstFailureAt, rec.LastFailureAt, before)
@@ -361,23 +371,69 @@ func testRetryFailureLeavesOriginalUnacked(t *testing.T, h Harness, opts Options
 	}
 }
 
-// testPanicIsRetried: a panic is recovered and retried like a Retry.
+// testPanicIsRetried: a panic is recovered and retried like a Retry; one that panics on every
+// attempt is dead-lettered with the panic's type and stack, which survive the broker.
 func testPanicIsRetried(t *testing.T, h Harness, opts Options) {
+	const always = `{"id":"panic-always"}`
 	f := newFixture(t, h, opts)
-	f.run(router.Config{Policy: f.policy(3, opts.Delay)}, func(_ context.Context, _ *message.Message, a millrace.Attempt) error {
+	dl := f.watchDeadLetters()
+	f.run(router.Config{Policy: f.policy(3, opts.Delay)}, func(_ context.Context, msg *message.Message, a millrace.Attempt) error {
+		if string(msg.Payload) == always {
+			panicsEveryTime(a.Number)
+		}
 		if a.Number == 1 {
 			panic("handler bug")
 		}
 		return nil
 	})
-	f.publish(newMsg(`{"id":"panic"}`))
-	calls := f.waitCalls("2 calls", func(c []call) bool { return len(c) >= 2 })
+	once, every := newMsg(`{"id":"panic"}`), newMsg(always)
+	f.publish(once, every)
+	recs := f.waitDeadLetters(dl, 1)
+	calls := f.waitCalls("2 calls of the message that panics once", func(c []call) bool { return len(callsOf(c, once.UUID)) >= 2 })
+	calls = callsOf(calls, once.UUID)
 	if calls[1].attempt.Number != 2 {
 		t.Fatalf("attempt after panic %d, want 2", calls[1].attempt.Number)
 	}
 	if f.adapter.Capabilities().CarriesLastError && !strings.Contains(calls[1].attempt.LastError, "handler bug") {
 		t.Errorf("LastError %q, want the panic value", calls[1].attempt.LastError)
 	}
+
+	rec := recs[0]
+	checkRecord(t, rec, f, every.UUID, []byte(always), deadletter.Exhausted, 3)
+	if !strings.Contains(rec.LastError, "panic: always (attempt 3)") {
+		t.Errorf("LastError %q, want the last panic's value", rec.LastError)
+	}
+	if !slices.Contains(rec.ErrorTypes, "*millrace.PanicError") {
+		t.Errorf("ErrorTypes %q, want *millrace.PanicError among them", rec.ErrorTypes)
+	}
+	lines := strings.Split(rec.PanicStack, "\n")
+	if len(lines) < 4 || !strings.HasPrefix(lines[0], "goroutine ") || !strings.HasPrefix(lines[1], "panic(") ||
+		!strings.Contains(rec.PanicStack, "conformance.panicsEveryTime(") || !strings.HasPrefix(lines[2], "\t") {
+		t.Errorf("PanicStack does not hold the panic's stack, lines and tabs intact, from the panic down to the handler:\n%s", rec.PanicStack)
+	}
+	if n := len(rec.Fields()[deadletter.KeyPanicStack]); n > deadletter.MaxPanicStackBytes {
+		t.Errorf("PanicStack field %d bytes, bound %d", n, deadletter.MaxPanicStackBytes)
+	}
+}
+
+// panicsEveryTime is the frame the dead letter's stack must show.
+func panicsEveryTime(attempt int) {
+	panic(fmt.Sprintf("always (attempt %d)", attempt))
+}
+
+// dependencyError is an error type of the suite's own, for the dead letter's ErrorTypes.
+type dependencyError struct{ status int }
+
+func (e *dependencyError) Error() string { return fmt.Sprintf("status %d", e.status) }
+
+func callsOf(calls []call, uuid string) []call {
+	var out []call
+	for _, c := range calls {
+		if c.uuid == uuid {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // testBudgetBoundsHandler: the processing budget is a context deadline, set the budget after
