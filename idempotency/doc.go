@@ -33,6 +33,16 @@
 // right after claiming leaves the key BUSY for every remaining retry and the message is
 // dead-lettered, which is the 15-minute-lease bug of the field report. Config.Validate refuses it.
 //
+// # Eviction
+//
+// Every record of the Redis store has a TTL, so a node whose maxmemory-policy is anything but
+// noeviction (allkeys-* evicts any key, volatile-* any key with a TTL) may drop a lease or a
+// done marker early when it is full, and the message runs again: a duplicate send (field
+// report 3). RedisStore.CheckEviction reads every node's policy (each master of a cluster) and
+// warns (StoreOptions.Eviction EvictionWarn, the default) or refuses (EvictionRefuse, wrapping
+// ErrEvictingStore); a router with ForRouter's guard calls it in Run, before anything starts.
+// RedisStore.Memory returns each node's used_memory, maxmemory and evicted_keys to watch.
+//
 // # Message keys
 //
 // The key comes from Config.Key: by default the Watermill message UUID (MessageUUID), or a

@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"context"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -11,12 +12,16 @@ import (
 // RouterGuard is the router.Idempotency of ForRouter: it makes each handler's middleware from
 // one Config and that handler's settings.
 type RouterGuard struct {
-	cfg Config
-	mu  sync.Mutex
-	mws map[string]*Middleware // by handler name
+	cfg     Config
+	mu      sync.Mutex
+	mws     map[string]*Middleware // by handler name
+	checked bool                   // Check passed once: a router with several handlers checks once
 }
 
-var _ router.Idempotency = (*RouterGuard)(nil)
+var (
+	_ router.Idempotency = (*RouterGuard)(nil)
+	_ router.Checker     = (*RouterGuard)(nil)
+)
 
 // ForRouter returns the guard to give router.Config.Idempotency (every handler) or
 // router.WithIdempotency (one): the handler's Policy, Classifier and DeadLetterDiscards replace
@@ -76,4 +81,27 @@ func (g *RouterGuard) Stats(handler string) (s Stats, ok bool) {
 		return Stats{}, false
 	}
 	return mw.Stats(), true
+}
+
+// evictionChecker is a store that can tell whether its server evicts records early
+// (RedisStore).
+type evictionChecker interface {
+	CheckEviction(ctx context.Context) error
+}
+
+// Check implements router.Checker: the store's CheckEviction when it has one (RedisStore: warn
+// or refuse under a maxmemory-policy that may evict leases and done markers), once per guard.
+func (g *RouterGuard) Check(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.checked {
+		return nil
+	}
+	if c, ok := g.cfg.Store.(evictionChecker); ok {
+		if err := c.CheckEviction(ctx); err != nil {
+			return err
+		}
+	}
+	g.checked = true
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 )
@@ -78,6 +79,12 @@ type StoreOptions struct {
 	// SentTTL is how long a fan-out progress set lives after its last MarkSent; default
 	// DefaultSentTTL (7 days). Keep it at least as long as the done TTL.
 	SentTTL time.Duration
+	// Eviction is what RedisStore.CheckEviction does on a node that may evict the store's
+	// records early (a maxmemory-policy other than noeviction): EvictionWarn (the default),
+	// EvictionRefuse or EvictionIgnore.
+	Eviction EvictionMode
+	// Logger receives CheckEviction's warnings. Default slog.Default().
+	Logger *slog.Logger
 }
 
 func (o StoreOptions) withDefaults() StoreOptions {
@@ -87,12 +94,18 @@ func (o StoreOptions) withDefaults() StoreOptions {
 	if o.SentTTL == 0 {
 		o.SentTTL = DefaultSentTTL
 	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
 	return o
 }
 
 func (o StoreOptions) validate() error {
 	if strings.ContainsAny(o.Prefix, "{}") {
 		return fmt.Errorf("%w: Prefix %q must not contain '{' or '}'", ErrInvalidArgument, o.Prefix)
+	}
+	if o.Eviction > EvictionIgnore {
+		return fmt.Errorf("%w: Eviction %d is not one of EvictionWarn, EvictionRefuse, EvictionIgnore", ErrInvalidArgument, o.Eviction)
 	}
 	if o.SentTTL < 0 {
 		return fmt.Errorf("%w: SentTTL %s must not be negative", ErrInvalidArgument, o.SentTTL)

@@ -98,3 +98,34 @@ func TestFanOutClusterHostileKey(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisStoreClusterMemory: on the cluster, Memory reads every master (three here), each
+// by its address, and CheckEviction passes on the test cluster's noeviction nodes.
+func TestRedisStoreClusterMemory(t *testing.T) {
+	t.Parallel()
+	store := newRedisCluster(t, idempotency.StoreOptions{Prefix: testenv.Prefix(t), Eviction: idempotency.EvictionRefuse})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nodes, err := store.Memory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		if n.Addr == "" || n.Policy == "" || n.UsedMemory == 0 {
+			t.Errorf("node %+v: address, policy and used memory expected", n)
+		}
+		seen[n.Addr] = true
+	}
+	if len(seen) != 3 {
+		t.Fatalf("Memory read %d distinct masters (%+v), want 3", len(seen), nodes)
+	}
+	for _, n := range nodes {
+		if n.Evicts() {
+			t.Skipf("the test cluster's node %s runs %s; CheckEviction would refuse it", n.Addr, n.Policy)
+		}
+	}
+	if err := store.CheckEviction(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -39,4 +40,12 @@ type HandlerSettings struct {
 	DeadLetterDiscards bool
 	// Logger is the router's logger.
 	Logger *slog.Logger
+}
+
+// Checker is an Idempotency that checks its store before the router starts: Run calls Check
+// for every handler whose guard is one, before it provisions or consumes anything, and returns
+// its error. idempotency.ForRouter's guard is one: it checks a Redis store's maxmemory-policy
+// (RedisStore.CheckEviction).
+type Checker interface {
+	Check(ctx context.Context) error
 }

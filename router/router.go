@@ -139,7 +139,8 @@ func wrap(stack []message.HandlerMiddleware, h message.HandlerFunc) message.Hand
 	return h
 }
 
-// Run validates every handler's settings, provisions every handler's topic on the adapter with
+// Run validates every handler's settings, checks every idempotency store that is a Checker,
+// provisions every handler's topic on the adapter with
 // that handler's policy, then runs the handlers until ctx is done or Close is called.
 func (r *Router) Run(ctx context.Context) error {
 	if err := r.Validate(); err != nil {
@@ -148,6 +149,13 @@ func (r *Router) Run(ctx context.Context) error {
 	r.mu.Lock()
 	regs := append([]*registered(nil), r.order...)
 	r.mu.Unlock()
+	for _, reg := range regs {
+		if c, ok := reg.cfg.Idempotency.(Checker); ok {
+			if err := c.Check(ctx); err != nil {
+				return fmt.Errorf("millrace router: handler %q: idempotency store: %w", reg.name, err)
+			}
+		}
+	}
 	for _, reg := range regs {
 		if err := r.cfg.Adapter.Provision(ctx, reg.topic, reg.cfg.Policy); err != nil {
 			return fmt.Errorf("millrace router: provision topic %q: %w", reg.topic, err)
