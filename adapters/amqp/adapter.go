@@ -68,7 +68,9 @@ func New(ctx context.Context, cfg Config) (*Adapter, error) {
 // Capabilities: delays come from fixed TTL tiers (one retry queue per distinct delay, whole
 // milliseconds, at most MaxDelay); RabbitMQ counts attempts itself (x-death, x-delivery-count);
 // quorum queues have a delivery limit; the previous error is not carried, since a rejected
-// message cannot be given new headers.
+// message cannot be given new headers. The first attempt's time is known: the oldest x-death
+// time of the work queue (the first failure, whole seconds), or the millrace-first-attempt-at
+// header of a republished copy.
 func (a *Adapter) Capabilities() millrace.Capabilities {
 	c := millrace.Capabilities{
 		Broker:             BrokerName,
@@ -76,6 +78,7 @@ func (a *Adapter) Capabilities() millrace.Capabilities {
 		PerMessageDelay:    false,
 		MaxDelay:           MaxDelay,
 		DelayGranularity:   time.Millisecond,
+		KnowsFirstAttempt:  true,
 	}
 	if a.cfg.QueueType == Quorum {
 		c.DeliveryLimit = a.cfg.DeliveryLimit

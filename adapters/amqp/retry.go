@@ -52,7 +52,7 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 	cp := message.NewMessage(msg.UUID, msg.Payload)
 	cp.Metadata = maps.Clone(msg.Metadata)
 	next := req.Attempt
-	next.Number = millrace.SaturatingAdd(max(req.Attempt.Number, 1), 1)
+	next.Number = req.Attempt.NextDelivery() // the millrace-attempt header counts deliveries, as x-death does
 	next.OriginalTopic = topic
 	next.OriginalKey = d.attempt.OriginalKey
 	if next.FirstAttemptAt.IsZero() {

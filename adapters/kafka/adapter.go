@@ -93,14 +93,17 @@ func New(cfg Config) (*Adapter, error) {
 }
 
 // Capabilities declares no native counter, delays through fixed tiers (one retry topic per
-// distinct delay) and the carried last error.
+// distinct delay), the carried last error and the first attempt's time (the first delivery's
+// in this subscription, carried in the millrace-first-attempt-at header of retry copies; a
+// retry topic record without it, such as Spring Kafka's, reads its own delivery's time).
 func (a *Adapter) Capabilities() millrace.Capabilities {
 	return millrace.Capabilities{
-		Broker:           BrokerName,
-		PerMessageDelay:  false,
-		MaxTiers:         a.cfg.MaxTiers,
-		MaxDelay:         a.cfg.MaxDelay,
-		CarriesLastError: true,
+		Broker:            BrokerName,
+		PerMessageDelay:   false,
+		MaxTiers:          a.cfg.MaxTiers,
+		MaxDelay:          a.cfg.MaxDelay,
+		CarriesLastError:  true,
+		KnowsFirstAttempt: true,
 	}
 }
 

@@ -70,7 +70,7 @@ func (a *Adapter) warnBeyondTiers(source string, requested time.Duration, t tier
 // the message's goroutine, whose stack would otherwise grow, copying itself, once more.
 func (a *Adapter) retryRecord(ctx context.Context, msg *message.Message, d *delivery, fromSub bool, source string, t tier, req millrace.RetryRequest) *message.Message {
 	next := req.Attempt
-	next.Number++
+	next.Number = req.Attempt.NextDelivery() // the millrace-attempt header counts deliveries
 	next.LastError = req.Err.Error()
 	if next.FirstAttemptAt.IsZero() {
 		next.FirstAttemptAt = req.FailedAt

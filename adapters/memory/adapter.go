@@ -73,7 +73,8 @@ func New(cfg Config) (*Adapter, error) {
 	}, nil
 }
 
-// Capabilities declares a native delivery counter and any per-message delay.
+// Capabilities declares a native delivery counter, any per-message delay, the carried last
+// error and the first attempt's time (the first delivery's, kept beside each retry copy).
 func (a *Adapter) Capabilities() millrace.Capabilities {
 	return millrace.Capabilities{
 		Broker:             BrokerName,
@@ -81,6 +82,7 @@ func (a *Adapter) Capabilities() millrace.Capabilities {
 		PerMessageDelay:    true,
 		MaxDelay:           a.cfg.MaxDelay,
 		CarriesLastError:   true,
+		KnowsFirstAttempt:  true,
 	}
 }
 
@@ -229,10 +231,12 @@ func (a *Adapter) DecodeAttempt(msg *message.Message) millrace.Attempt {
 }
 
 // ScheduleRetry enqueues a copy of msg, with its payload and metadata unchanged, once req.Delay
-// has passed; the copy's attempt is kept by the adapter beside it.
+// has passed; the copy's attempt is kept by the adapter beside it, counting deliveries
+// (req.Attempt.NextDelivery()), with the first attempt's time.
 func (a *Adapter) ScheduleRetry(_ context.Context, msg *message.Message, req millrace.RetryRequest) (millrace.Disposition, error) {
 	next := req.Attempt
-	next.Number = millrace.SaturatingAdd(next.Number, 1)
+	next.Number = req.Attempt.NextDelivery() // the copy's count: deliveries (see millrace.RetryPolicy)
+	next.Delivery = 0
 	next.LastError = millrace.TruncateError(req.Err.Error())
 	if next.FirstAttemptAt.IsZero() {
 		next.FirstAttemptAt = req.FailedAt

@@ -82,8 +82,9 @@ func (a *Adapter) Config() Config { return a.cfg }
 
 // Capabilities: a native delivery count, any delay per message (NakWithDelay), no tiers. The
 // previous error is not carried. DeliveryLimit is MaxDeliver-1 when MaxDeliver is positive.
+// The first attempt's time is known: the time the message was stored (server clock).
 func (a *Adapter) Capabilities() millrace.Capabilities {
-	c := millrace.Capabilities{Broker: Broker, NativeAttemptCount: true, PerMessageDelay: true}
+	c := millrace.Capabilities{Broker: Broker, NativeAttemptCount: true, PerMessageDelay: true, KnowsFirstAttempt: true}
 	if a.cfg.MaxDeliver > 0 {
 		c.DeliveryLimit = a.cfg.MaxDeliver - 1
 	}

@@ -100,12 +100,14 @@ func New(cfg Config) (*Adapter, error) {
 func (a *Adapter) Client() redis.UniversalClient { return a.client }
 
 // Capabilities declares the PEL delivery count as native attempt counter and any per-entry
-// delay; a delay's resolution is Config.ReclaimInterval.
+// delay (a delay's resolution is Config.ReclaimInterval), and the first attempt's time: the
+// entry ID's (when it was appended, on the server's clock).
 func (a *Adapter) Capabilities() millrace.Capabilities {
 	return millrace.Capabilities{
 		Broker:             BrokerName,
 		NativeAttemptCount: true,
 		PerMessageDelay:    true,
+		KnowsFirstAttempt:  true,
 	}
 }
 

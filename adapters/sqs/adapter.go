@@ -87,9 +87,10 @@ func awsConfig(cfg Config) aws.Config {
 	}
 }
 
-// Capabilities declares SQS's native receive count, per-message delays in whole seconds, and
-// the longest delay ChangeMessageVisibility can still honour (12 h from the receive, minus the
-// visibility timeout the handler may already have used).
+// Capabilities declares SQS's native receive count, per-message delays in whole seconds, the
+// longest delay ChangeMessageVisibility can still honour (12 h from the receive, minus the
+// visibility timeout the handler may already have used), and the first attempt's time
+// (ApproximateFirstReceiveTimestamp).
 func (a *Adapter) Capabilities() millrace.Capabilities {
 	return millrace.Capabilities{
 		Broker:             BrokerName,
@@ -97,6 +98,7 @@ func (a *Adapter) Capabilities() millrace.Capabilities {
 		PerMessageDelay:    true,
 		MaxDelay:           a.cfg.maxDelay(),
 		DelayGranularity:   1e9, // 1 s: visibility timeouts are whole seconds
+		KnowsFirstAttempt:  true,
 	}
 }
 
