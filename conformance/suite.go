@@ -42,8 +42,6 @@ func Run(t *testing.T, h Harness) {
 		{"DelayAboveAdapterMaximumIsRefused", testDelayAboveAdapterMaximumIsRefused},
 		{"ImmediateThenDelayedRetries", testImmediateThenDelayedRetries},
 		{"MaxElapsedGivesUp", testMaxElapsedGivesUp},
-		{"ImmediateThenDelayedRetries", testImmediateThenDelayedRetries},
-		{"MaxElapsedGivesUp", testMaxElapsedGivesUp},
 		{"BreakerHoldsDuringOutage", testBreakerHoldsDuringOutage},
 	}
 	for _, tc := range tests {
