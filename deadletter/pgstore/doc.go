@@ -23,6 +23,8 @@
 //	metadata_binary  | jsonb       | the other Metadata entries, key and value base64 (std) encoded
 //	stored_at        | timestamptz | when the row was written (the Entry's StoredAt)
 //	native           | jsonb       | Native (NULL = none): see below
+//	error_types      | text[]      | ErrorTypes (NULL = none), bounded by deadletter.BoundErrorTypes
+//	panic_stack      | text        | PanicStack ('' = none), bounded by deadletter.BoundPanicStack
 //
 // Payload and metadata round-trip exactly. So does Native, the original content as the broker
 // held it where Payload and Metadata cannot hold it (a foreign Redis entry's fields, Kafka
@@ -31,6 +33,10 @@
 // "value": base64 (std)}, a name or type that jsonb cannot hold as text being written base64
 // under "name_base64" / "type_base64". A row without it (one written before schema version 2
 // included) reads back with nil Native.
+//
+// error_types and panic_stack (schema version 3) hold ErrorTypes and PanicStack within the
+// bounds of package deadletter, applied again when a row is read; a row written before version 3
+// reads back with neither.
 //
 // attempts is at least 1: Put refuses a record with fewer, and the table CHECKs it for every
 // row written since schema version 2. A row that breaks it (written by an older build or by

@@ -88,7 +88,8 @@ func (s *Store) Close() error {
 }
 
 const columns = `id, stored_at, message_uuid, reason, attempts, last_error, original_topic, original_key,
-	broker, native_id, handler, first_failure_at, last_failure_at, payload, metadata, metadata_binary, native`
+	broker, native_id, handler, first_failure_at, last_failure_at, payload, metadata, metadata_binary, native,
+	error_types, panic_stack`
 
 // Put inserts rec; a delivery already stored (same broker, topic, native id and UUID) returns
 // the existing row's ID.
@@ -112,6 +113,7 @@ func (s *Store) Put(ctx context.Context, rec deadletter.Record) (string, error) 
 		text(rec.UUID), string(rec.Reason), rec.Attempts, text(rec.LastError), text(rec.OriginalTopic),
 		text(rec.OriginalKey), text(rec.Broker), text(rec.NativeID), text(rec.Handler),
 		nullTime(rec.FirstFailureAt), nullTime(rec.LastFailureAt), payload, md, mdBin, native,
+		errorTypes(rec.ErrorTypes), deadletter.BoundPanicStack(rec.PanicStack),
 	}
 	// ON CONFLICT names the partial unique index's columns and predicate; DO NOTHING returns no
 	// row, and the existing one is read in the same statement.
@@ -119,8 +121,9 @@ func (s *Store) Put(ctx context.Context, rec deadletter.Record) (string, error) 
 	put := func() error {
 		return s.db.QueryRow(ctx, `WITH ins AS (
 	INSERT INTO `+s.table+` (message_uuid, reason, attempts, last_error, original_topic, original_key,
-		broker, native_id, handler, first_failure_at, last_failure_at, payload, metadata, metadata_binary, native)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+		broker, native_id, handler, first_failure_at, last_failure_at, payload, metadata, metadata_binary, native,
+		error_types, panic_stack)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
 	ON CONFLICT (broker, original_topic, native_id, message_uuid) WHERE native_id <> '' DO NOTHING
 	RETURNING id
 )
@@ -305,9 +308,12 @@ func scanEntries(rows pgx.Rows) ([]deadletter.Entry, error) {
 			first, last  *time.Time
 			md, mdBinary map[string]string
 			native       []byte
+			errTypes     []string
+			stack        string
 		)
 		if err := rows.Scan(&id, &e.StoredAt, &r.UUID, &reason, &r.Attempts, &r.LastError, &r.OriginalTopic,
-			&r.OriginalKey, &r.Broker, &r.NativeID, &r.Handler, &first, &last, &r.Payload, &md, &mdBinary, &native); err != nil {
+			&r.OriginalKey, &r.Broker, &r.NativeID, &r.Handler, &first, &last, &r.Payload, &md, &mdBinary, &native,
+			&errTypes, &stack); err != nil {
 			return nil, err
 		}
 		e.ID = strconv.FormatInt(id, 10)
@@ -318,6 +324,8 @@ func scanEntries(rows pgx.Rows) ([]deadletter.Entry, error) {
 		if last != nil {
 			r.LastFailureAt = *last
 		}
+		// Bounded again: the row may have been written by hand.
+		r.ErrorTypes, r.PanicStack = deadletter.BoundErrorTypes(errTypes), deadletter.BoundPanicStack(stack)
 		var err error
 		if r.Metadata, err = joinMetadata(md, mdBinary); err != nil {
 			return nil, fmt.Errorf("row %d: %w", id, err)
@@ -355,4 +363,13 @@ func (s *Store) wrap(op string, err error) error {
 		return fmt.Errorf("%w: %s: %s", ErrNotMigrated, op, s.table)
 	}
 	return fmt.Errorf("pgstore: %s: %w", op, err)
+}
+
+// errorTypes is the error_types column of types: NULL for none, else the types bounded as
+// deadletter bounds them (printable UTF-8, which PostgreSQL text holds).
+func errorTypes(types []string) []string {
+	if b := deadletter.BoundErrorTypes(types); len(b) > 0 {
+		return b
+	}
+	return nil
 }

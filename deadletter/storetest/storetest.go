@@ -83,6 +83,9 @@ func Sample(i int, topic string, reason deadletter.Reason) deadletter.Record {
 		Handler:        "storetest-handler",
 		FirstFailureAt: base.Add(time.Duration(i) * time.Minute).Add(-2 * time.Second),
 		LastFailureAt:  base.Add(time.Duration(i) * time.Minute),
+		ErrorTypes:     []string{"*fmt.wrapError", "*millrace.PanicError", `struct { A int "json:\"a\"" }`},
+		PanicStack: fmt.Sprintf("goroutine %d [running]:\npanic({0x8d4e40?, 0xc00012a000?})\n\t/usr/local/go/src/runtime/panic.go:860 +0x13a\n"+
+			"example.com/app.handle(...)\n\t/src/app/\"quoted\" \\dir/handler.go:42 +0x1d\n", i),
 	}
 }
 
@@ -133,6 +136,10 @@ func Equal(got, want deadletter.Record) string {
 		return fmt.Sprintf("first failure %s, want %s", got.FirstFailureAt, want.FirstFailureAt)
 	case !SameTime(got.LastFailureAt, want.LastFailureAt):
 		return fmt.Sprintf("last failure %s, want %s", got.LastFailureAt, want.LastFailureAt)
+	case !slices.Equal(got.ErrorTypes, want.ErrorTypes):
+		return fmt.Sprintf("error types %q, want %q", got.ErrorTypes, want.ErrorTypes)
+	case got.PanicStack != want.PanicStack:
+		return fmt.Sprintf("panic stack %q, want %q", got.PanicStack, want.PanicStack)
 	}
 	return ""
 }
