@@ -9,6 +9,8 @@
 //	           deliveries without calling the handler (Poison, outside it, dead-letters them)
 //	Retry      schedule a delayed redelivery through the adapter, never by sleeping;
 //	           a failed schedule nacks
+//	Breaker    (when configured) after consecutive Retry outcomes, hold arriving messages
+//	           unsettled without calling the handler until a probe succeeds
 //	Classify   give every error an Outcome
 //	Budget     bound the handler's run time with a context deadline
 //	Recover    turn a panic into a Retry
@@ -21,4 +23,9 @@
 // write nacks and calls no hook). They run synchronously on the message's goroutine before its
 // ack, so they must be quick; a panic in one is recovered and logged, and changes nothing for
 // the message. Nil hooks add nothing to a message that succeeds.
+//
+// Outage breaker: Breaker keeps a dependency outage from using up every message's attempts. A
+// message waiting in an open breaker is settled by neither ack nor nack, so the adapter's bound
+// on unsettled messages is its pause; what that bound is on each broker, and what a long wait
+// costs there, is in Breaker's documentation.
 package middleware
