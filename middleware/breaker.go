@@ -48,6 +48,9 @@ type BreakerEvent struct {
 	From, To BreakerState
 	// Failures is the number of consecutive Retry outcomes counted at the change (0 on close).
 	Failures int
+	// WindowCalls and WindowFailures are the outcomes and the Retry outcomes within
+	// BreakerConfig.Window at the change (both 0 without FailureRate, and on close).
+	WindowCalls, WindowFailures int
 	// Waiting is the number of messages waiting in the breaker at the change; on close, those
 	// it releases to the handler. While the breaker is open it grows up to the adapter's
 	// in-flight window (see Breaker).
@@ -60,8 +63,20 @@ type BreakerEvent struct {
 
 // BreakerConfig configures Breaker.
 type BreakerConfig struct {
-	// Threshold is the number of consecutive Retry outcomes that opens the breaker. Required, >= 1.
+	// Threshold is the number of consecutive Retry outcomes that opens the breaker; 0 = off.
+	// Threshold or FailureRate is required.
 	Threshold int
+	// FailureRate, when positive (at most 1), also opens the breaker when Retry outcomes make
+	// at least this share of the handler's outcomes within the last Window, once there were at
+	// least MinCalls of them: for a dependency that fails often but not every time, which never
+	// makes Threshold consecutive failures. 0 = off.
+	FailureRate float64
+	// Window is the span FailureRate looks back over, in 10 slices (outcomes leave it a slice
+	// at a time). Default 10 s when FailureRate is set.
+	Window time.Duration
+	// MinCalls is the least number of outcomes within Window before FailureRate can open the
+	// breaker. Default 10 when FailureRate is set.
+	MinCalls int
 	// ProbeInterval is the time between probes while the breaker is open: once it has passed
 	// since the breaker opened, or since the last probe failed, one waiting message is let
 	// through. Default DefaultProbeInterval (1 s).
@@ -96,19 +111,38 @@ type BreakerConfig struct {
 	room    time.Duration
 	// afterFunc runs f after d, like time.AfterFunc; tests replace it. Default: time.AfterFunc.
 	afterFunc func(d time.Duration, f func()) (stop func() bool)
-	// onWait, when set (tests), is called when a message starts waiting.
+	// onWait, when set (tests), is called when a message is about to block in the open breaker.
 	onWait func(msg *message.Message)
 }
 
-// DefaultProbeInterval is BreakerConfig.ProbeInterval's default.
-const DefaultProbeInterval = time.Second
+// Defaults of BreakerConfig.
+const (
+	// DefaultProbeInterval is BreakerConfig.ProbeInterval's default.
+	DefaultProbeInterval = time.Second
+	// DefaultBreakerWindow is BreakerConfig.Window's default when FailureRate is set.
+	DefaultBreakerWindow = 10 * time.Second
+	// DefaultBreakerMinCalls is BreakerConfig.MinCalls's default when FailureRate is set.
+	DefaultBreakerMinCalls = 10
+)
 
 // Validate checks the fields.
 func (c BreakerConfig) Validate() error {
 	switch {
-	case c.Threshold < 1:
+	case c.Threshold < 0:
 		return &millrace.ConfigError{Field: "BreakerConfig.Threshold", Value: strconv.Itoa(c.Threshold),
-			Rule: "must be at least 1 (the consecutive Retry outcomes that open the breaker)"}
+			Rule: "must not be negative (the consecutive Retry outcomes that open the breaker; 0 = off)"}
+	case c.FailureRate < 0 || c.FailureRate > 1 || c.FailureRate != c.FailureRate:
+		return &millrace.ConfigError{Field: "BreakerConfig.FailureRate", Value: strconv.FormatFloat(c.FailureRate, 'g', -1, 64),
+			Rule: "must be between 0 (off) and 1 (the share of Retry outcomes within Window that opens the breaker)"}
+	case c.Threshold == 0 && c.FailureRate == 0:
+		return &millrace.ConfigError{Field: "BreakerConfig.Threshold", Value: "0",
+			Rule: "must be at least 1 unless FailureRate is set: a breaker needs something that opens it"}
+	case c.Window < 0:
+		return &millrace.ConfigError{Field: "BreakerConfig.Window", Value: c.Window.String(),
+			Rule: "must not be negative (0 means 10s)"}
+	case c.MinCalls < 0:
+		return &millrace.ConfigError{Field: "BreakerConfig.MinCalls", Value: strconv.Itoa(c.MinCalls),
+			Rule: "must not be negative (0 means 10)"}
 	case c.ProbeInterval < 0:
 		return &millrace.ConfigError{Field: "BreakerConfig.ProbeInterval", Value: c.ProbeInterval.String(),
 			Rule: "must not be negative (0 means " + DefaultProbeInterval.String() + ")"}
@@ -151,7 +185,8 @@ func (c BreakerConfig) Bounded(maxBudget, budget time.Duration) BreakerConfig {
 // Breaker is the outage breaker: it stops a dependency outage from using up every message's
 // attempts. It counts the consecutive Retry outcomes of the handler it wraps (Success, Discard
 // and Malformed reset the count: the dependency answered; a shutdown counts nothing) and, at
-// Threshold, opens: arriving messages then wait in the breaker, unsettled and without calling
+// Threshold (or once Retry outcomes make FailureRate of at least MinCalls outcomes within
+// Window), opens: arriving messages then wait in the breaker, unsettled and without calling
 // the handler, so they use no attempt, and once the adapter's in-flight window is full it
 // stops fetching (the broker keeps the rest). Once ProbeInterval has passed, one waiting
 // message goes through as the probe (half-open; the others wait on). Its success, or that of
@@ -211,6 +246,14 @@ func Breaker(cfg BreakerConfig) message.HandlerMiddleware {
 	if cfg.ProbeInterval <= 0 {
 		cfg.ProbeInterval = DefaultProbeInterval
 	}
+	if cfg.FailureRate > 0 {
+		if cfg.Window <= 0 {
+			cfg.Window = DefaultBreakerWindow
+		}
+		if cfg.MinCalls <= 0 {
+			cfg.MinCalls = DefaultBreakerMinCalls
+		}
+	}
 	after := cfg.afterFunc
 	if after == nil {
 		after = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
@@ -226,9 +269,6 @@ func Breaker(cfg BreakerConfig) message.HandlerMiddleware {
 			closed, probe := b.closed, b.probe
 			b.waiting++
 			b.mu.Unlock()
-			if cfg.onWait != nil {
-				cfg.onWait(msg)
-			}
 			return b.wait(h, msg, closed, probe)
 		}
 	}
@@ -244,6 +284,7 @@ type breaker struct {
 	state    BreakerState
 	failures int
 	waiting  int
+	window   outcomeWindow
 	// closed is closed when the breaker closes; probe holds the token of the next probe once
 	// it is due. Both are made anew each time the breaker opens from closed.
 	closed chan struct{}
@@ -267,6 +308,9 @@ func (b *breaker) wait(h message.HandlerFunc, msg *message.Message, closed, prob
 	}
 	start := b.now()
 	ctx := msg.Context()
+	if b.cfg.onWait != nil {
+		b.cfg.onWait(msg)
+	}
 	select {
 	case <-closed:
 		b.left()
@@ -325,7 +369,7 @@ func (b *breaker) probeOrRelease(h message.HandlerFunc, msg *message.Message, cl
 	b.state = BreakerHalfOpen
 	failures, waiting := b.failures, b.waiting
 	b.mu.Unlock()
-	b.changed(msg, BreakerOpen, BreakerHalfOpen, failures, waiting, nil)
+	b.changed(msg, BreakerEvent{From: BreakerOpen, To: BreakerHalfOpen, Failures: failures, Waiting: waiting})
 	return b.run(h, msg, true)
 }
 
@@ -372,6 +416,10 @@ func (b *breaker) count(msg *message.Message, err error, probe bool) {
 		failed = millrace.Classify(err, nil).Outcome == millrace.OutcomeRetry
 	}
 	b.mu.Lock()
+	var calls, fails int
+	if b.cfg.FailureRate > 0 {
+		calls, fails = b.window.add(b.now(), b.cfg.Window, failed)
+	}
 	if !failed {
 		b.failures = 0
 		if b.state == BreakerClosed {
@@ -380,32 +428,74 @@ func (b *breaker) count(msg *message.Message, err error, probe bool) {
 		}
 		from, waiting := b.state, b.waiting
 		b.state = BreakerClosed
+		b.window = outcomeWindow{} // the outage's failures do not count against the recovery
 		close(b.closed)
 		b.stop()
 		b.mu.Unlock()
-		b.changed(msg, from, BreakerClosed, 0, waiting, nil)
+		b.changed(msg, BreakerEvent{From: from, To: BreakerClosed, Waiting: waiting})
 		return
 	}
 	b.failures++
-	failures, waiting := b.failures, b.waiting
+	ev := BreakerEvent{Failures: b.failures, Waiting: b.waiting, WindowCalls: calls, WindowFailures: fails, Err: err}
 	switch {
-	case b.state == BreakerClosed && failures >= b.cfg.Threshold:
+	case b.state == BreakerClosed && b.trips(calls, fails):
 		b.state = BreakerOpen
 		b.closed = make(chan struct{})
 		b.probe = make(chan struct{}, 1)
 		b.arm()
 		b.mu.Unlock()
-		b.changed(msg, BreakerClosed, BreakerOpen, failures, waiting, err)
+		ev.From, ev.To = BreakerClosed, BreakerOpen
+		b.changed(msg, ev)
 	case b.state == BreakerHalfOpen && probe:
 		b.state = BreakerOpen
 		b.arm()
 		b.mu.Unlock()
-		b.changed(msg, BreakerHalfOpen, BreakerOpen, failures, waiting, err)
+		ev.From, ev.To = BreakerHalfOpen, BreakerOpen
+		b.changed(msg, ev)
 	default:
 		// Closed below the threshold, or a message admitted before the breaker opened that
 		// failed while it is open: only the count changes.
 		b.mu.Unlock()
 	}
+}
+
+// trips reports whether the outcomes counted open a closed breaker. b.mu is held.
+func (b *breaker) trips(calls, fails int) bool {
+	if b.cfg.Threshold > 0 && b.failures >= b.cfg.Threshold {
+		return true
+	}
+	return b.cfg.FailureRate > 0 && calls >= b.cfg.MinCalls && float64(fails) >= b.cfg.FailureRate*float64(calls)
+}
+
+// outcomeWindow counts outcomes over a sliding window in windowSlices slices.
+type outcomeWindow struct {
+	slices [windowSlices]struct {
+		epoch        int64 // which slice of time it counts; 0 = unused
+		calls, fails int
+	}
+}
+
+const windowSlices = 10
+
+// add counts one outcome at now and returns the outcomes and failures within the last window.
+func (w *outcomeWindow) add(now time.Time, window time.Duration, failed bool) (calls, fails int) {
+	slice := max(int64(window/windowSlices), 1)
+	epoch := now.UnixNano()/slice + 1 // + 1: epoch 0 marks an unused slice
+	s := &w.slices[epoch%windowSlices]
+	if s.epoch != epoch {
+		s.epoch, s.calls, s.fails = epoch, 0, 0
+	}
+	s.calls++
+	if failed {
+		s.fails++
+	}
+	for i := range w.slices {
+		if e := w.slices[i].epoch; e > epoch-windowSlices && e <= epoch {
+			calls += w.slices[i].calls
+			fails += w.slices[i].fails
+		}
+	}
+	return calls, fails
 }
 
 // arm starts the probe timer of the current open period. b.mu is held.
@@ -422,23 +512,25 @@ func offer(probe chan struct{}) {
 	}
 }
 
-// changed logs a change of state and calls the hook.
-func (b *breaker) changed(msg *message.Message, from, to BreakerState, failures, waiting int, err error) {
+// changed completes ev (handler, time), logs the change of state and calls the hook.
+func (b *breaker) changed(msg *message.Message, ev BreakerEvent) {
 	ctx := msg.Context()
-	ev := BreakerEvent{Handler: message.HandlerNameFromCtx(ctx), From: from, To: to,
-		Failures: failures, Waiting: waiting, Err: err, At: b.now()}
+	ev.Handler, ev.At = message.HandlerNameFromCtx(ctx), b.now()
 	level := slog.LevelInfo
-	if to == BreakerClosed || from == BreakerClosed {
+	if ev.To == BreakerClosed || ev.From == BreakerClosed {
 		level = slog.LevelWarn
 	}
 	if b.logger.Enabled(ctx, level) {
-		attrs := []slog.Attr{slog.String("handler", ev.Handler), slog.String("state", to.String()),
-			slog.String("from", from.String()), slog.Int("consecutive_failures", failures),
-			slog.Int("waiting", waiting)}
-		if err != nil {
-			attrs = append(attrs, slog.String("error", err.Error()))
+		attrs := []slog.Attr{slog.String("handler", ev.Handler), slog.String("state", ev.To.String()),
+			slog.String("from", ev.From.String()), slog.Int("consecutive_failures", ev.Failures),
+			slog.Int("waiting", ev.Waiting)}
+		if b.cfg.FailureRate > 0 && ev.WindowCalls > 0 {
+			attrs = append(attrs, slog.Int("window_calls", ev.WindowCalls), slog.Int("window_failures", ev.WindowFailures))
 		}
-		b.logger.LogAttrs(ctx, level, "millrace: outage breaker "+to.String(), attrs...)
+		if ev.Err != nil {
+			attrs = append(attrs, slog.String("error", ev.Err.Error()))
+		}
+		b.logger.LogAttrs(ctx, level, "millrace: outage breaker "+ev.To.String(), attrs...)
 	}
 	if b.cfg.OnStateChange != nil {
 		hook := b.cfg.OnStateChange

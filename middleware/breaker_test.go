@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -213,8 +214,14 @@ func TestBreakerValidate(t *testing.T) {
 		field string
 	}{
 		{middleware.BreakerConfig{}, "BreakerConfig.Threshold"},
+		{middleware.BreakerConfig{Threshold: -1, FailureRate: 0.5}, "BreakerConfig.Threshold"},
 		{middleware.BreakerConfig{Threshold: 1, ProbeInterval: -time.Second}, "BreakerConfig.ProbeInterval"},
 		{middleware.BreakerConfig{Threshold: 1, MaxHold: -time.Second}, "BreakerConfig.MaxHold"},
+		{middleware.BreakerConfig{FailureRate: 1.5}, "BreakerConfig.FailureRate"},
+		{middleware.BreakerConfig{FailureRate: -0.1}, "BreakerConfig.FailureRate"},
+		{middleware.BreakerConfig{FailureRate: math.NaN()}, "BreakerConfig.FailureRate"},
+		{middleware.BreakerConfig{FailureRate: 0.5, Window: -time.Second}, "BreakerConfig.Window"},
+		{middleware.BreakerConfig{FailureRate: 0.5, MinCalls: -1}, "BreakerConfig.MinCalls"},
 	} {
 		err := tc.cfg.Validate()
 		var ce *millrace.ConfigError
@@ -222,8 +229,10 @@ func TestBreakerValidate(t *testing.T) {
 			t.Errorf("%+v: err %v, want a ConfigError for %s", tc.cfg, err, tc.field)
 		}
 	}
-	if err := (middleware.BreakerConfig{Threshold: 1}).Validate(); err != nil {
-		t.Errorf("Threshold 1: %v", err)
+	for _, ok := range []middleware.BreakerConfig{{Threshold: 1}, {FailureRate: 0.5}, {FailureRate: 1, Window: time.Minute, MinCalls: 1}} {
+		if err := ok.Validate(); err != nil {
+			t.Errorf("%+v: %v", ok, err)
+		}
 	}
 }
 
@@ -301,11 +310,13 @@ func TestBreakerHoldsUntilAProbeSucceeds(t *testing.T) {
 		t.Fatalf("handler called while open: %v", got)
 	}
 
-	probe1.fire() // the first waiter is the probe; it fails
+	probe1.fire() // one waiter is the probe; it fails
 	r := awaitResult(t, done)
-	if r.uuid != "w1" || !errors.Is(r.err, errDown) || millrace.Classify(r.err, nil).Outcome != millrace.OutcomeRetry {
-		t.Fatalf("probe returned %+v, want w1 with its Retry error (the policy retries it)", r)
+	waiting := map[string]bool{"w1": true, "w2": true, "w3": true}
+	if !waiting[r.uuid] || !errors.Is(r.err, errDown) || millrace.Classify(r.err, nil).Outcome != millrace.OutcomeRetry {
+		t.Fatalf("probe returned %+v, want a waiting message with its Retry error (the policy retries it)", r)
 	}
+	delete(waiting, r.uuid)
 	if got := rig.transitions(); got != "closed>open open>half-open half-open>open" {
 		t.Fatalf("transitions %q", got)
 	}
@@ -331,8 +342,8 @@ func TestBreakerHoldsUntilAProbeSucceeds(t *testing.T) {
 		time.Sleep(time.Millisecond) // until the probe is in the handler (no assertion on time)
 	}
 	noResult(t, done, "half-open lets one probe through")
-	if got := dep.called(); len(got) != 4 || got[3] != "w2" {
-		t.Fatalf("calls %v, want w2 as the only new call", got)
+	if got := dep.called(); len(got) != 4 || !waiting[got[3]] {
+		t.Fatalf("calls %v, want one of the waiting %v as the only new call", got, waiting)
 	}
 	dep.mu.Lock()
 	dep.gate = nil
@@ -344,7 +355,8 @@ func TestBreakerHoldsUntilAProbeSucceeds(t *testing.T) {
 		r := awaitResult(t, done)
 		got[r.uuid] = r.err
 	}
-	for _, id := range []string{"w2", "w3", "late"} {
+	waiting["late"] = true
+	for id := range waiting {
 		if err, ok := got[id]; !ok || err != nil {
 			t.Fatalf("%s: returned %v (present %v), want handled with success", id, err, ok)
 		}
@@ -630,5 +642,55 @@ func TestBreakerHookPanicIsRecovered(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// FailureRate opens the breaker on a dependency that fails often but never Threshold times in a
+// row, once MinCalls outcomes are within Window; outcomes older than Window no longer count.
+func TestBreakerFailureRate(t *testing.T) {
+	rig, cfg := newBreakerRig(middleware.BreakerConfig{Threshold: 5, FailureRate: 0.6, Window: 10 * time.Second, MinCalls: 10})
+	var fail atomic.Bool
+	h := breakerOver(cfg, func(*message.Message) ([]*message.Message, error) {
+		if fail.Load() {
+			return nil, errDown
+		}
+		return nil, nil
+	})
+	call := func(failed bool) {
+		t.Helper()
+		fail.Store(failed)
+		if _, err := h(message.NewMessage("m", nil)); (err != nil) != failed {
+			t.Fatalf("err %v", err)
+		}
+	}
+	// 9 outcomes, 6 failed (two in a row at most): below MinCalls, nothing opens.
+	for _, f := range []bool{true, true, false, true, true, false, true, true, false} {
+		call(f)
+	}
+	if got := rig.transitions(); got != "" {
+		t.Fatalf("opened below MinCalls: %s", got)
+	}
+	// The window moves on: those 9 leave it, 9 new ones are as many as before.
+	rig.clock.advance(11 * time.Second)
+	for _, f := range []bool{true, true, false, true, true, false, true, true, false} {
+		call(f)
+	}
+	if got := rig.transitions(); got != "" {
+		t.Fatalf("counted outcomes older than Window: %s", got)
+	}
+	call(true) // 10 outcomes, 7 failed: 70 % >= 60 %
+	if got := rig.transitions(); got != "closed>open" {
+		t.Fatalf("transitions %q, want closed>open at 7 of 10", got)
+	}
+	if ev := rig.lastEvent(); ev.WindowCalls != 10 || ev.WindowFailures != 7 || ev.Failures != 1 {
+		t.Fatalf("event %+v, want 7 of 10 in the window, 1 consecutive", ev)
+	}
+	// The probe succeeds: the outage's outcomes do not count against the recovery.
+	rig.timers.next(t, probeEvery).fire()
+	call(false)
+	call(true)
+	call(true)
+	if got := rig.transitions(); got != "closed>open open>half-open half-open>closed" {
+		t.Fatalf("transitions %q, want closed again and staying closed", got)
 	}
 }
