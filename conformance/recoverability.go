@@ -62,6 +62,8 @@ func testImmediateThenDelayedRetries(t *testing.T, h Harness, opts Options) {
 	if !strings.Contains(recs[0].LastError, fmt.Sprintf("attempt %d", maxAttempts)) {
 		t.Errorf("LastError %q, want the error of attempt %d", recs[0].LastError, maxAttempts)
 	}
+	t.Logf("delay %s: immediate attempts began %s and %s after the failure, deliveries 2 and 3 %s and %s after the attempt before",
+		opts.Delay, calls[1].start.Sub(calls[0].end), calls[3].start.Sub(calls[2].end), calls[2].start.Sub(calls[1].start), calls[4].start.Sub(calls[3].start))
 	time.Sleep(opts.Delay + opts.Tolerance)
 	if n := len(f.snapshot()); n != maxAttempts {
 		t.Fatalf("handler called %d times after dead-lettering, want %d", n, maxAttempts)
@@ -112,6 +114,8 @@ func testMaxElapsedGivesUp(t *testing.T, h Harness, opts Options) {
 			t.Errorf("attempt %d was not retried though %s since the first attempt + delay %s is within MaxElapsed %s", i+1, elapsed, opts.Delay, limit)
 		}
 	}
+	t.Logf("MaxElapsed %s, delay %s: dead-lettered after %d attempts, the last failing %s after its FirstAttemptAt",
+		limit, opts.Delay, n, calls[n-1].end.Sub(calls[n-1].attempt.FirstAttemptAt))
 	time.Sleep(opts.Delay + opts.Tolerance)
 	if got := len(f.snapshot()); got != n {
 		t.Fatalf("handler called %d times after dead-lettering, want %d", got, n)
