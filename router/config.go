@@ -6,6 +6,7 @@ import (
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/middleware"
+	"github.com/millrace/millrace/telemetry"
 )
 
 // Config configures a Router.
@@ -55,6 +56,11 @@ type Config struct {
 	// handler, so that a message whose lease is held or done never reaches it. Nil (the
 	// default) = no lease; WithIdempotency sets or clears it for one handler.
 	Idempotency Idempotency
+	// Telemetry, when set, records OpenTelemetry metrics and spans for every handler (see the
+	// telemetry package): deliveries by outcome and reason, retries, dead letters, write
+	// failures, panics, handler duration, final attempt and time to outcome, one span per
+	// delivery. Nil (the default) records nothing and costs nothing.
+	Telemetry *telemetry.Telemetry
 }
 
 // Validate checks every field and the policy against the adapter's capabilities.

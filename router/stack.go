@@ -1,10 +1,13 @@
 package router
 
 import (
+	"context"
+
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/middleware"
+	"github.com/millrace/millrace/telemetry"
 )
 
 // Stack returns millrace's middleware for cfg in the order they must run, outermost first, for
@@ -22,7 +25,15 @@ func handlerStack(cfg Config, name, topic string) ([]message.HandlerMiddleware, 
 	}
 	cfg.setDefaults()
 	caps := cfg.Adapter.Capabilities()
-	stack := []message.HandlerMiddleware{
+	var tel *telemetry.Handler
+	var stack []message.HandlerMiddleware
+	if cfg.Telemetry != nil {
+		tel = cfg.Telemetry.ForHandler(telemetry.HandlerInfo{Name: name, Topic: topic, Broker: caps.Broker})
+		stack = append(stack, tel.Outer())
+		cfg.OnRetry = withRetryHook(tel.OnRetry, cfg.OnRetry)
+		cfg.OnDeadLetter = withDeadLetterHook(tel.OnDeadLetter, cfg.OnDeadLetter)
+	}
+	stack = append(stack,
 		middleware.Poison(cfg.Adapter, middleware.PoisonConfig{
 			Broker: caps.Broker, DeadLetterDiscards: cfg.DeadLetterDiscards, Logger: cfg.Logger,
 			OnDeadLetter: cfg.OnDeadLetter,
@@ -32,9 +43,12 @@ func handlerStack(cfg Config, name, topic string) ([]message.HandlerMiddleware, 
 			Policy: cfg.Policy, MaxDelay: caps.MaxDelay, Budget: cfg.Budget, Logger: cfg.Logger,
 			OnRetry: cfg.OnRetry,
 		}),
-	}
+	)
 	if cfg.Breaker != nil {
 		stack = append(stack, middleware.Breaker(breakerConfig(cfg)))
+	}
+	if tel != nil {
+		stack = append(stack, tel.Inner())
 	}
 	stack = append(stack,
 		middleware.Classify(cfg.Classifier),
@@ -64,4 +78,26 @@ func breakerConfig(cfg Config) middleware.BreakerConfig {
 		bc.Logger = cfg.Logger
 	}
 	return bc
+}
+
+// withRetryHook runs the telemetry's hook, then the user's (when set).
+func withRetryHook(tel, user OnRetryFunc) OnRetryFunc {
+	if user == nil {
+		return tel
+	}
+	return func(ctx context.Context, msg *message.Message, ev RetryEvent) {
+		tel(ctx, msg, ev)
+		user(ctx, msg, ev)
+	}
+}
+
+// withDeadLetterHook runs the telemetry's hook, then the user's (when set).
+func withDeadLetterHook(tel, user OnDeadLetterFunc) OnDeadLetterFunc {
+	if user == nil {
+		return tel
+	}
+	return func(ctx context.Context, msg *message.Message, ev DeadLetterEvent) {
+		tel(ctx, msg, ev)
+		user(ctx, msg, ev)
+	}
 }

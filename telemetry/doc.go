@@ -1,0 +1,42 @@
+// Package telemetry records millrace's OpenTelemetry metrics and spans: every outcome, retry,
+// dead letter and failure of every handler, on the OpenTelemetry API only. Give a Telemetry
+// made with the application's MeterProvider and TracerProvider to router.Config.Telemetry; the
+// zero Config uses no-op providers (nothing recorded, no header written).
+//
+//	tel, err := telemetry.New(telemetry.Config{MeterProvider: mp, TracerProvider: tp})
+//	r, err := router.New(router.Config{Adapter: a, Policy: p, Telemetry: tel})
+//
+// # Metrics
+//
+// Every instrument carries messaging.system (the broker), messaging.destination.name (the
+// topic) and millrace.handler:
+//
+//	millrace.deliveries            counter   handler calls by millrace.outcome (SUCCESS, DISCARD,
+//	                                         RETRY, MALFORMED) and millrace.reason (handler, panic,
+//	                                         timeout), and deliveries refused before the handler
+//	                                         (MALFORMED/undecodable, RETRY/over_limit)
+//	millrace.retries               counter   retries the broker confirmed
+//	millrace.retry.failures        counter   retry writes that failed (the original was not acked)
+//	millrace.dead_letters          counter   dead letters written, by millrace.reason (exhausted,
+//	                                         malformed, discarded)
+//	millrace.dead_letter.failures  counter   dead-letter writes that failed (not acked)
+//	millrace.panics                counter   handler panics recovered
+//	millrace.handler.duration      histogram seconds per handler call
+//	millrace.attempts              histogram the attempt at which a message ended
+//	millrace.time_to_outcome       histogram seconds from the first attempt to the final outcome
+//
+// A retry counts RETRY in deliveries and one in retries; an exhausted message counts its last
+// RETRY and one exhausted dead letter. The attribute sets are made once per handler, so
+// recording allocates nothing for them.
+//
+// # Traces
+//
+// One span per delivery, "process <topic>", kind consumer, a child of the producer's trace
+// context read from the message metadata (W3C traceparent by default); it carries the attempt
+// number, the outcome and reason, the retry delay, the message UUID and the broker's native id.
+// Each span writes its own context under AttemptTraceHeader; where a retry is a new copy of the
+// message (Kafka, RabbitMQ delay tiers, memory) the next attempt's span links to it, and every
+// dead letter carries the last attempt's (LinkedAttempt reads it). Where the broker redelivers
+// the original itself (Redis Streams, SQS, NATS) attempts are siblings under the producer's
+// span without links: the message cannot change between deliveries.
+package telemetry

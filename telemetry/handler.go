@@ -1,0 +1,241 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/deadletter"
+	"github.com/millrace/millrace/middleware"
+)
+
+// HandlerInfo names the handler a Handler instruments.
+type HandlerInfo struct {
+	// Name is the router handler's name (millrace.handler).
+	Name string
+	// Topic is the topic it consumes (messaging.destination.name).
+	Topic string
+	// Broker is the adapter's Capabilities.Broker (messaging.system).
+	Broker string
+	// ConsumerGroup is the consumer group, durable or queue, when known
+	// (messaging.consumer.group.name); "" leaves the attribute out.
+	ConsumerGroup string
+}
+
+// Handler is the instrumentation of one handler: two middlewares (Outer, outermost; Inner,
+// right around the classified handler call) and two hooks (OnRetry, OnDeadLetter) that the
+// router installs together. Its attribute sets are made once, so recording a delivery
+// allocates nothing for the attributes.
+type Handler struct {
+	t        *Telemetry
+	spanName string
+	base     []attribute.KeyValue
+	plain    metric.MeasurementOption               // the handler's attributes alone
+	outcomes map[[2]string]metric.AddOption         // (outcome, reason)
+	dead     map[deadletter.Reason]metric.AddOption // dead letters by reason
+}
+
+// deliveryKinds are the (outcome, reason) pairs a delivery can be counted under.
+var deliveryKinds = [][2]string{
+	{OutcomeSuccess, ReasonHandler}, {OutcomeDiscard, ReasonHandler}, {OutcomeMalformed, ReasonHandler},
+	{OutcomeRetry, ReasonHandler}, {OutcomeRetry, ReasonPanic}, {OutcomeRetry, ReasonTimeout},
+	{OutcomeMalformed, ReasonUndecodable}, {OutcomeRetry, ReasonOverLimit},
+}
+
+// ForHandler returns the instrumentation of the handler info describes.
+func (t *Telemetry) ForHandler(info HandlerInfo) *Handler {
+	base := []attribute.KeyValue{KeyMessagingSystem.String(info.Broker), KeyDestination.String(info.Topic), KeyHandler.String(info.Name)}
+	if info.ConsumerGroup != "" {
+		base = append(base, KeyConsumerGroup.String(info.ConsumerGroup))
+	}
+	with := func(extra ...attribute.KeyValue) attribute.Set {
+		return attribute.NewSet(append(append([]attribute.KeyValue(nil), base...), extra...)...)
+	}
+	h := &Handler{
+		t: t, spanName: "process " + info.Topic, base: base,
+		plain:    metric.WithAttributeSet(with()),
+		outcomes: map[[2]string]metric.AddOption{},
+		dead:     map[deadletter.Reason]metric.AddOption{},
+	}
+	for _, k := range deliveryKinds {
+		h.outcomes[k] = metric.WithAttributeSet(with(KeyOutcome.String(k[0]), KeyReason.String(k[1])))
+	}
+	for _, r := range []deadletter.Reason{deadletter.Exhausted, deadletter.Malformed, deadletter.Discarded} {
+		h.dead[r] = metric.WithAttributeSet(with(KeyReason.String(string(r))))
+	}
+	return h
+}
+
+// record is what the layers of one delivery tell Outer, through the message context.
+type record struct {
+	calls      int              // handler calls (Inner)
+	outcome    string           // the last call's
+	reason     string           // the last call's
+	attempt    millrace.Attempt // the last call's
+	retried    bool
+	delay      time.Duration
+	deadLetter deadletter.Reason
+	dlAttempts int
+}
+
+type recordKey struct{}
+
+func recordFrom(ctx context.Context) *record {
+	r, _ := ctx.Value(recordKey{}).(*record)
+	return r
+}
+
+// Outer is the outermost middleware: it starts the delivery's span (a child of the producer's
+// trace context in the metadata, linked to the previous attempt's span when the delivery is a
+// retry copy or a dead letter that carries it), writes this attempt's span context into the
+// metadata (AttemptTraceHeader, for a retry copy and the dead letter to link to), and when
+// the stack returns counts failed retry and dead-letter writes and, for a message that ended,
+// its attempt number and time since its first attempt.
+func (h *Handler) Outer() message.HandlerMiddleware {
+	return func(next message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			rec := &record{}
+			ctx := context.WithValue(msg.Context(), recordKey{}, rec)
+			var span trace.Span
+			if h.t.tracing {
+				ctx, span = h.startSpan(ctx, msg)
+			}
+			msg.SetContext(ctx)
+			out, err := next(msg)
+			h.finish(ctx, msg, rec, err, span)
+			return out, err
+		}
+	}
+}
+
+// finish records what Outer counts and ends the span.
+func (h *Handler) finish(ctx context.Context, msg *message.Message, rec *record, err error, span trace.Span) {
+	if rec.calls == 0 {
+		// Refused before the handler: Poison dead-lettered it (undecodable, or past MaxAttempts).
+		switch rec.deadLetter {
+		case deadletter.Malformed:
+			h.t.deliveries.Add(ctx, 1, h.outcomes[[2]string{OutcomeMalformed, ReasonUndecodable}])
+		case deadletter.Exhausted:
+			h.t.deliveries.Add(ctx, 1, h.outcomes[[2]string{OutcomeRetry, ReasonOverLimit}])
+		}
+	}
+	switch {
+	case errors.Is(err, millrace.ErrRetryPublishFailed):
+		h.t.retryFailures.Add(ctx, 1, h.plain)
+	case errors.Is(err, millrace.ErrDeadLetterFailed):
+		h.t.dlFailures.Add(ctx, 1, h.plain)
+	}
+	ended := err == nil && !rec.retried && (rec.calls > 0 || rec.deadLetter != "")
+	attempt := rec.attempt
+	if rec.calls == 0 {
+		attempt = millrace.AttemptFrom(msg)
+	}
+	if ended {
+		n := attempt.Number
+		if rec.deadLetter != "" && rec.dlAttempts > 0 {
+			n = rec.dlAttempts
+		}
+		h.t.finalAttempt.Record(ctx, int64(max(n, 1)), h.plain)
+		if !attempt.FirstAttemptAt.IsZero() {
+			h.t.timeToOutcome.Record(ctx, max(time.Since(attempt.FirstAttemptAt).Seconds(), 0), h.plain)
+		}
+	}
+	if span == nil {
+		return
+	}
+	attrs := []attribute.KeyValue{KeyMessageID.String(msg.UUID), KeyAttempt.Int(attempt.Number)}
+	if attempt.NativeID != "" {
+		attrs = append(attrs, KeyNativeID.String(attempt.NativeID))
+	}
+	if rec.outcome != "" {
+		attrs = append(attrs, KeyOutcome.String(rec.outcome), KeyReason.String(rec.reason))
+	}
+	if rec.retried {
+		attrs = append(attrs, KeyDelay.Float64(rec.delay.Seconds()))
+	}
+	if rec.deadLetter != "" {
+		attrs = append(attrs, attribute.String("millrace.dead_letter.reason", string(rec.deadLetter)))
+	}
+	span.SetAttributes(attrs...)
+	switch {
+	case err != nil:
+		span.SetStatus(codes.Error, err.Error())
+	case rec.outcome != "" && rec.outcome != OutcomeSuccess:
+		span.SetStatus(codes.Error, rec.outcome)
+	}
+	span.End()
+}
+
+// Inner sits right around the classified handler call (inside Retry and the breaker, outside
+// Classify): it counts each call by outcome and reason, its panics, and its duration.
+func (h *Handler) Inner() message.HandlerMiddleware {
+	return func(next message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			ctx := msg.Context()
+			attempt := millrace.AttemptFrom(msg)
+			start := time.Now()
+			out, err := next(msg)
+			elapsed := time.Since(start)
+			if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				return out, err // shutting down: no outcome
+			}
+			outcome, reason := classify(err)
+			if reason == ReasonPanic {
+				h.t.panics.Add(ctx, 1, h.plain)
+			}
+			h.t.deliveries.Add(ctx, 1, h.outcomes[[2]string{outcome, reason}])
+			h.t.duration.Record(ctx, elapsed.Seconds(), h.plain)
+			if rec := recordFrom(ctx); rec != nil {
+				rec.calls++
+				rec.outcome, rec.reason, rec.attempt = outcome, reason, attempt
+			}
+			return out, err
+		}
+	}
+}
+
+// classify names the outcome of a classified error (Classify is inside Inner).
+func classify(err error) (outcome, reason string) {
+	if err == nil {
+		return OutcomeSuccess, ReasonHandler
+	}
+	if oe := millrace.Classify(err, nil); oe.Outcome == millrace.OutcomeDiscard {
+		if oe.Malformed {
+			return OutcomeMalformed, ReasonHandler
+		}
+		return OutcomeDiscard, ReasonHandler
+	}
+	var p *millrace.PanicError
+	switch {
+	case errors.As(err, &p):
+		return OutcomeRetry, ReasonPanic
+	case errors.Is(err, context.DeadlineExceeded):
+		return OutcomeRetry, ReasonTimeout
+	}
+	return OutcomeRetry, ReasonHandler
+}
+
+// OnRetry is the router's OnRetry hook part: it counts the retry and notes its delay.
+func (h *Handler) OnRetry(ctx context.Context, _ *message.Message, ev middleware.RetryEvent) {
+	h.t.retries.Add(ctx, 1, h.plain)
+	if rec := recordFrom(ctx); rec != nil {
+		rec.retried, rec.delay = true, ev.Delay
+	}
+}
+
+// OnDeadLetter is the router's OnDeadLetter hook part: it counts the dead letter by reason.
+func (h *Handler) OnDeadLetter(ctx context.Context, _ *message.Message, ev middleware.DeadLetterEvent) {
+	if opt, ok := h.dead[ev.Record.Reason]; ok {
+		h.t.deadLetters.Add(ctx, 1, opt)
+	}
+	if rec := recordFrom(ctx); rec != nil {
+		rec.deadLetter, rec.dlAttempts = ev.Record.Reason, ev.Record.Attempts
+	}
+}

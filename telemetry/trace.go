@@ -1,0 +1,81 @@
+package telemetry
+
+import (
+	"context"
+	"strings"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// AttemptTraceHeader prefixes the metadata keys that carry an attempt's span context
+// ("millrace-attempt-traceparent", "millrace-attempt-tracestate" with the W3C propagator). Outer
+// writes them on each delivery; an adapter that retries with a new copy of the message (Kafka,
+// RabbitMQ tiers, memory) and every dead letter carry the metadata on, so the next attempt's
+// span and the dead letter link to the attempt before. The producer's own trace context
+// ("traceparent") is read, never rewritten: every attempt is a child of the producer's span.
+// Where the broker redelivers the original itself (Redis Streams, SQS, NATS), the metadata
+// cannot change between deliveries and attempts are siblings under the producer's span,
+// without links.
+const AttemptTraceHeader = "millrace-attempt-"
+
+// metadataCarrier reads and writes message metadata as a TextMapCarrier.
+type metadataCarrier message.Metadata
+
+func (c metadataCarrier) Get(key string) string { return message.Metadata(c).Get(key) }
+func (c metadataCarrier) Set(key, value string) { message.Metadata(c).Set(key, value) }
+func (c metadataCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// attemptCarrier is metadataCarrier under the AttemptTraceHeader prefix.
+type attemptCarrier message.Metadata
+
+func (c attemptCarrier) Get(key string) string {
+	return message.Metadata(c).Get(AttemptTraceHeader + key)
+}
+func (c attemptCarrier) Set(key, value string) {
+	message.Metadata(c).Set(AttemptTraceHeader+key, value)
+}
+func (c attemptCarrier) Keys() []string {
+	var keys []string
+	for k := range c {
+		if rest, ok := strings.CutPrefix(k, AttemptTraceHeader); ok {
+			keys = append(keys, rest)
+		}
+	}
+	return keys
+}
+
+var _ propagation.TextMapCarrier = metadataCarrier(nil)
+var _ propagation.TextMapCarrier = attemptCarrier(nil)
+
+// startSpan starts the delivery's span under the producer's trace context, linked to the
+// previous attempt's span when the metadata carries one, and writes its own span context
+// under AttemptTraceHeader.
+func (h *Handler) startSpan(ctx context.Context, msg *message.Message) (context.Context, trace.Span) {
+	if msg.Metadata == nil {
+		msg.Metadata = message.Metadata{}
+	}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(h.base...)}
+	prev := trace.SpanContextFromContext(h.t.prop.Extract(context.Background(), attemptCarrier(msg.Metadata)))
+	if prev.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: prev}))
+	}
+	ctx = h.t.prop.Extract(ctx, metadataCarrier(msg.Metadata))
+	ctx, span := h.t.tracer.Start(ctx, h.spanName, opts...)
+	h.t.prop.Inject(ctx, attemptCarrier(msg.Metadata))
+	return ctx, span
+}
+
+// LinkedAttempt returns the span context of the attempt a message (a retry copy or a dead
+// letter) carries under AttemptTraceHeader, read with the W3C trace-context propagator;
+// invalid when it carries none. `millrace dlq show` prints its trace id.
+func LinkedAttempt(md message.Metadata) trace.SpanContext {
+	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), attemptCarrier(md)))
+}
