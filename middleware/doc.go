@@ -7,8 +7,9 @@
 //	           a failed dead-letter write nacks
 //	Attempt    decode the delivery's Attempt from native state; refuse undecodable or over-limit
 //	           deliveries without calling the handler (Poison, outside it, dead-letters them)
-//	Retry      schedule a delayed redelivery through the adapter, never by sleeping;
-//	           a failed schedule nacks
+//	Retry      call the rest again at once for RetryPolicy.Immediate attempts, within one
+//	           deadline; then schedule a delayed redelivery through the adapter, never by
+//	           sleeping; a failed schedule nacks
 //	Breaker    (when configured) after consecutive Retry outcomes, hold arriving messages
 //	           unsettled without calling the handler until a probe succeeds
 //	Classify   give every error an Outcome
