@@ -161,6 +161,15 @@ func (r *Router) Run(ctx context.Context) error {
 			return fmt.Errorf("millrace router: provision topic %q: %w", reg.topic, err)
 		}
 	}
+	stops, err := r.observeBacklogs(regs)
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	if err != nil {
+		return err
+	}
 	return r.wm.Run(ctx)
 }
 
@@ -172,3 +181,26 @@ func (r *Router) Close() error { return r.wm.Close() }
 
 // Watermill returns the underlying Watermill router, for plugins and decorators.
 func (r *Router) Watermill() *message.Router { return r.wm }
+
+// observeBacklogs has Config.Telemetry report every handler topic's Backlog as gauges while the
+// router runs, when the adapter is a millrace.BacklogReporter.
+func (r *Router) observeBacklogs(regs []*registered) (stops []func(), err error) {
+	rep, ok := r.cfg.Adapter.(millrace.BacklogReporter)
+	if !ok || r.cfg.Telemetry == nil {
+		return nil, nil
+	}
+	seen := map[string]bool{}
+	broker := r.cfg.Adapter.Capabilities().Broker
+	for _, reg := range regs {
+		if seen[reg.topic] {
+			continue
+		}
+		seen[reg.topic] = true
+		stop, err := r.cfg.Telemetry.ObserveBacklog(rep, broker, reg.topic, r.cfg.Logger)
+		if err != nil {
+			return stops, fmt.Errorf("millrace router: observe backlog of %q: %w", reg.topic, err)
+		}
+		stops = append(stops, stop)
+	}
+	return stops, nil
+}

@@ -32,17 +32,17 @@ type Telemetry struct {
 	tracing bool // a real TracerProvider was given
 	prop    propagation.TextMapPropagator
 
-	deliveries     metric.Int64Counter
-	retries        metric.Int64Counter
-	retryFailures  metric.Int64Counter
-	deadLetters    metric.Int64Counter
-	dlFailures     metric.Int64Counter
-	panics         metric.Int64Counter
-	duration       metric.Float64Histogram
-	finalAttempt   metric.Int64Histogram
-	timeToOutcome  metric.Float64Histogram
-	meter          metric.Meter
-	durationBounds []float64
+	deliveries    metric.Int64Counter
+	retries       metric.Int64Counter
+	retryFailures metric.Int64Counter
+	deadLetters   metric.Int64Counter
+	dlFailures    metric.Int64Counter
+	panics        metric.Int64Counter
+	duration      metric.Float64Histogram
+	finalAttempt  metric.Int64Histogram
+	timeToOutcome metric.Float64Histogram
+	meter         metric.Meter
+	backlog       backlogGauges
 }
 
 // New returns the Telemetry of cfg.

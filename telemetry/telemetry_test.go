@@ -94,6 +94,10 @@ func (o *observed) collect(t *testing.T) (sums map[string]int64, hists map[strin
 				for _, dp := range d.DataPoints {
 					sums[m.Name+varying(dp.Attributes)] += dp.Value
 				}
+			case metricdata.Gauge[int64]:
+				for _, dp := range d.DataPoints {
+					sums[m.Name] += dp.Value
+				}
 			case metricdata.Histogram[int64]:
 				for _, dp := range d.DataPoints {
 					hists[m.Name] = dp
@@ -170,9 +174,13 @@ func TestCountsMatchAKnownWorkload(t *testing.T) {
 		"millrace.dead_letters{exhausted}":       2,
 		"millrace.dead_letters{malformed}":       1,
 		"millrace.panics":                        1,
+		"millrace.dead_letter.depth":             3, // a gauge: 2 exhausted + 1 malformed
+		"millrace.backlog.waiting":               0,
+		"millrace.backlog.in_flight":             0,
+		"millrace.retries.waiting":               0,
 	}
 	for k, v := range want {
-		if sums[k] != v {
+		if got, ok := sums[k]; got != v || !ok {
 			t.Errorf("%s = %d, want %d", k, sums[k], v)
 		}
 	}
@@ -288,6 +296,46 @@ func TestNoopTelemetryKeepsMetadata(t *testing.T) {
 	for k := range seen {
 		if strings.HasPrefix(k, telemetry.AttemptTraceHeader) {
 			t.Errorf("no-op telemetry wrote %s", k)
+		}
+	}
+}
+
+// TestBacklogGauges: while the handler holds one message, the gauges read from the adapter
+// show the rest waiting and one in flight; the gauges stop when the router stops.
+func TestBacklogGauges(t *testing.T) {
+	o := newObserved(t, millrace.RetryPolicy{MaxAttempts: 1})
+	release := make(chan struct{})
+	o.r.Handle("h", "slow", func(ctx context.Context, _ *message.Message, _ millrace.Attempt) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	o.run(t)
+	for i := range 4 {
+		if err := o.a.Publish("slow", message.NewMessage(fmt.Sprint(i), []byte("x"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sums, _, _ := o.collect(t)
+		if sums["millrace.backlog.in_flight"] >= 1 && sums["millrace.backlog.waiting"]+sums["millrace.backlog.in_flight"] == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gauges %v, want 4 messages waiting or in flight, at least one in flight", sums)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(release)
+	o.settle(t, "slow")
+	_ = o.r.Close()
+	time.Sleep(50 * time.Millisecond)
+	if sums, _, _ := o.collect(t); len(sums) > 0 {
+		if _, ok := sums["millrace.backlog.waiting"]; ok {
+			t.Errorf("gauges still observed after the router stopped: %v", sums)
 		}
 	}
 }

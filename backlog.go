@@ -1,0 +1,43 @@
+package millrace
+
+import "context"
+
+// Unknown is a Backlog count the broker cannot report.
+const Unknown int64 = -1
+
+// Backlog is what a broker reports of one topic's consumption at one moment, for gauges and
+// alerts (consumer lag together with dead-letter growth, field report 3). A count the broker
+// cannot give is Unknown.
+type Backlog struct {
+	// Waiting is what no consumer has been given yet: Redis Streams group lag, RabbitMQ ready
+	// messages, Kafka lag summed over partitions, SQS visible messages, NATS pending.
+	Waiting int64
+	// InFlight is what consumers hold unsettled: Redis pending entries, RabbitMQ unacked, SQS
+	// in flight (not visible), NATS ack pending.
+	InFlight int64
+	// RetriesWaiting is retries scheduled and not yet due or delivered: Redis scheduled
+	// retries, RabbitMQ delay-tier queues, Kafka retry-tier lag, SQS/NATS: part of InFlight
+	// (Unknown on their own).
+	RetriesWaiting int64
+	// DeadLetters is the depth of the topic's dead-letter destination.
+	DeadLetters int64
+	// Partitions is the lag per partition where the broker has partitions (Kafka), else nil.
+	Partitions []PartitionBacklog
+}
+
+// PartitionBacklog is one partition's lag.
+type PartitionBacklog struct {
+	// Topic is the partition's topic (the source topic or a retry tier's).
+	Topic string
+	// Partition is the partition number.
+	Partition int32
+	// Lag is the high watermark minus the group's committed offset.
+	Lag int64
+}
+
+// BacklogReporter is an Adapter that can report a topic's Backlog: the gauges of
+// telemetry.Telemetry.ObserveBacklog read it on each collection. Report reads the broker (one or a
+// few round trips) and must return within ctx.
+type BacklogReporter interface {
+	Backlog(ctx context.Context, topic string) (Backlog, error)
+}
