@@ -38,6 +38,10 @@ type entryJSON struct {
 	// Native is the original content where Payload and Metadata cannot hold it (a Redis entry
 	// that was not a Watermill message): every field in the broker's order. In show only.
 	Native []fieldJSON `json:"native,omitempty"`
+	// ErrorTypes are the Go types of the last error's chain, outermost first, where recorded.
+	ErrorTypes []string `json:"error_types,omitempty"`
+	// PanicStack is a recovered panic's stack, where there was one. In show only.
+	PanicStack string `json:"panic_stack,omitempty"`
 }
 
 // fieldJSON is one native field: value base64 always, and as text too when it is valid UTF-8;
@@ -61,7 +65,10 @@ func toJSON(e deadletter.Entry, withPayload bool) entryJSON {
 	if j.Metadata == nil {
 		j.Metadata = map[string]string{}
 	}
+	// Bounded again: a store's content is untrusted.
+	j.ErrorTypes = deadletter.BoundErrorTypes(r.ErrorTypes)
 	if withPayload {
+		j.PanicStack = deadletter.BoundPanicStack(r.PanicStack)
 		j.Payload = r.Payload
 		if j.Payload == nil {
 			j.Payload = []byte{}
@@ -108,9 +115,28 @@ func writeTable(w io.Writer, entries []deadletter.Entry) error {
 	return tw.Flush()
 }
 
+// stackHead returns how many lines of a panic stack show prints without --stack: the goroutine
+// line and every frame down to the first one outside the runtime (the code that panicked, even
+// when the runtime raised the panic: a nil map, an index out of range), with its location; all
+// of them when there is no such frame.
+func stackHead(lines []string) int {
+	for i := 1; i < len(lines); i++ {
+		l := lines[i]
+		if l == "" || l[0] == '\t' || strings.HasPrefix(l, "panic(") || strings.HasPrefix(l, "runtime.") {
+			continue
+		}
+		if i+1 < len(lines) && strings.HasPrefix(lines[i+1], "\t") {
+			return i + 2
+		}
+		return i + 1
+	}
+	return len(lines)
+}
+
 // writeDetail prints one entry: its fields, metadata, and payload as text or a hex dump; for a
-// record with Native content, every native field in order instead of payload and metadata.
-func writeDetail(w io.Writer, e deadletter.Entry) {
+// record with Native content, every native field in order instead of payload and metadata. Of
+// a panic stack it prints the first stackHead lines, all of them with fullStack.
+func writeDetail(w io.Writer, e deadletter.Entry, fullStack bool) {
 	r := e.Record
 	field := func(name, v string) { fmt.Fprintf(w, "%-15s %s\n", name+":", v) }
 	field("ID", e.ID)
@@ -132,6 +158,12 @@ func writeDetail(w io.Writer, e deadletter.Entry) {
 		field("Stored", formatTime(e.StoredAt))
 	}
 	field("Last error", strconv.Quote(r.LastError))
+	if types := deadletter.BoundErrorTypes(r.ErrorTypes); len(types) > 0 {
+		field("Error types", strings.Join(types, ", "))
+	}
+	if stack := deadletter.BoundPanicStack(r.PanicStack); stack != "" {
+		writeStack(w, stack, fullStack)
+	}
 	if r.Native != nil {
 		writeNative(w, r.Native)
 		return
@@ -145,6 +177,27 @@ func writeDetail(w io.Writer, e deadletter.Entry) {
 		return
 	}
 	fmt.Fprintf(w, "Payload (%d bytes, binary, hex dump):\n%s", len(r.Payload), hex.Dump(r.Payload))
+}
+
+// writeStack prints a bounded panic stack (printable text, newlines and tabs) indented, down to
+// the frame that panicked unless full.
+func writeStack(w io.Writer, stack string, full bool) {
+	lines := strings.Split(strings.TrimSuffix(stack, "\n"), "\n")
+	shown := lines
+	if !full {
+		shown = lines[:stackHead(lines)]
+	}
+	if len(shown) < len(lines) {
+		fmt.Fprintf(w, "Panic stack (%d lines, first %d; --stack prints all):\n", len(lines), len(shown))
+	} else {
+		fmt.Fprintf(w, "Panic stack (%d lines):\n", len(lines))
+	}
+	for _, l := range shown {
+		fmt.Fprintf(w, "  %s\n", l)
+	}
+	if len(shown) < len(lines) {
+		fmt.Fprintf(w, "  ... %d more lines\n", len(lines)-len(shown))
+	}
 }
 
 // writeNative prints native fields raw, in the broker's order: a name or value that is printable

@@ -184,6 +184,8 @@ type Entry struct {
 	Payload       []byte            `json:"payload"`
 	PayloadText   *string           `json:"payload_text"`
 	Native        []Field           `json:"native"`
+	ErrorTypes    []string          `json:"error_types"`
+	PanicStack    string            `json:"panic_stack"`
 }
 
 // Field is one native field of an Entry (a Redis stream field, a Kafka header, an AMQP header

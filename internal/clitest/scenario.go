@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,8 +22,18 @@ import (
 // HandlerName is the handler FailingRouter registers; dead letters name it.
 const HandlerName = "e2e-handler"
 
-// HandlerError is the error FailingRouter's handler returns until it is healthy.
+// HandlerError is the value FailingRouter's handler panics with until it is healthy; dead
+// letters carry it as the last error "panic: " + HandlerError, with the panic's type and stack.
 const HandlerError = "inventory service down"
+
+// PanicFrame is the function that panics, as the dead letter's stack names it.
+const PanicFrame = "clitest.failHandler("
+
+// failHandler panics with HandlerError: the handler's failure, a recovered panic, so that the
+// dead letter carries a stack whose frame every store and `dlq show` must keep.
+func failHandler() {
+	panic(errors.New(HandlerError))
+}
 
 // WaitTimeout bounds WaitUntil.
 const WaitTimeout = 30 * time.Second
@@ -39,7 +50,7 @@ func WaitUntil(tb testing.TB, what string, cond func() bool) {
 	}
 }
 
-// FailingHandler is the handler of a router FailingRouter runs: it fails with HandlerError
+// FailingHandler is the handler of a router FailingRouter runs: it panics with HandlerError
 // until SetHealthy, then records the attempts it handled.
 type FailingHandler struct {
 	healthy atomic.Bool
@@ -62,7 +73,7 @@ func FailingRouter(tb testing.TB, adapter millrace.Adapter, topic string, policy
 	}
 	r.Handle(HandlerName, topic, func(_ context.Context, _ *message.Message, at millrace.Attempt) error {
 		if !h.healthy.Load() {
-			return errors.New(HandlerError)
+			failHandler()
 		}
 		h.mu.Lock()
 		h.handled = append(h.handled, at)
@@ -110,9 +121,33 @@ type DeadLetter struct {
 func (want DeadLetter) check(tb testing.TB, e Entry) {
 	tb.Helper()
 	if e.Reason != "exhausted" || e.Attempts != want.Attempts || e.OriginalTopic != want.Topic || e.Broker != want.Broker ||
-		e.UUID != want.UUID || e.LastError != HandlerError || e.Handler != HandlerName || e.PayloadSize != len(want.Payload) {
-		tb.Fatalf("dead letter %+v, want exhausted after %d attempts on %q (broker %s, uuid %s, handler %s, error %q, %d payload bytes)",
-			e, want.Attempts, want.Topic, want.Broker, want.UUID, HandlerName, HandlerError, len(want.Payload))
+		e.UUID != want.UUID || e.LastError != "panic: "+HandlerError || e.Handler != HandlerName || e.PayloadSize != len(want.Payload) ||
+		!slices.Equal(e.ErrorTypes, []string{"*millrace.PanicError"}) {
+		tb.Fatalf("dead letter %+v, want exhausted after %d attempts on %q (broker %s, uuid %s, handler %s, error %q, error types [*millrace.PanicError], %d payload bytes)",
+			e, want.Attempts, want.Topic, want.Broker, want.UUID, HandlerName, "panic: "+HandlerError, len(want.Payload))
+	}
+}
+
+// checkShow fails the test unless `dlq show` of id (with args) prints the error type and the
+// panic's stack down to PanicFrame, --stack prints the whole stack, and --json holds it.
+func checkShow(tb testing.TB, c *CLI, id string, args ...string) {
+	tb.Helper()
+	show := c.OK(append([]string{"dlq", "show", id}, args...)...)
+	if !strings.Contains(show, "Error types:    *millrace.PanicError\n") || !strings.Contains(show, "Panic stack (") ||
+		!strings.Contains(show, PanicFrame) {
+		tb.Fatalf("show lacks the error type or the panic's stack down to %s:\n%s", PanicFrame, show)
+	}
+	j := c.ShowJSON(id, args...)
+	lines := strings.Split(strings.TrimSuffix(j.PanicStack, "\n"), "\n")
+	if len(lines) < 4 || !strings.HasPrefix(lines[0], "goroutine ") || !strings.HasPrefix(lines[1], "panic(") ||
+		!strings.HasPrefix(lines[2], "\t") || !strings.Contains(j.PanicStack, PanicFrame) {
+		tb.Fatalf("show --json: panic_stack is not the stack from the panic on, lines and tabs intact:\n%s", j.PanicStack)
+	}
+	full := c.OK(append([]string{"dlq", "show", id, "--stack"}, args...)...)
+	for _, l := range lines {
+		if !strings.Contains(full, "  "+l+"\n") {
+			tb.Fatalf("show --stack lacks the stack line %q:\n%s", l, full)
+		}
 	}
 }
 
@@ -135,6 +170,7 @@ func BrokerDLQRoundTrip(t *testing.T, h *FailingHandler, storeURL string, want D
 	if show := c.OK("dlq", "show", e.ID, "--store", storeURL, "--topic", want.Topic); !strings.Contains(show, string(want.Payload)) {
 		t.Fatalf("show lacks the payload %q:\n%s", want.Payload, show)
 	}
+	checkShow(t, c, e.ID, "--store", storeURL, "--topic", want.Topic)
 	r := c.Run("", "dlq", "replay", "--store", storeURL, "--topic", want.Topic, "--reset-history", "--to-topic", want.Topic+".missing")
 	if r.Code != 1 || !strings.Contains(r.Stderr, "does not exist") || !OneLine(r.Stderr) {
 		t.Fatalf("replay to a missing target: exit %d, stderr %q; want 1 and one line saying it does not exist", r.Code, r.Stderr)
@@ -193,6 +229,7 @@ func TableRoundTrip(t *testing.T, adapter millrace.Adapter, brokerURL string, po
 		t.Fatalf("list: %+v", out)
 	}
 	want.check(t, out.Entries[0])
+	checkShow(t, c, out.Entries[0].ID)
 	r := c.Run("", "dlq", "replay", "--topic", want.Topic, "--reset-history", "--broker", brokerURL, "--to-topic", want.Topic+".missing")
 	if r.Code != 1 || !strings.Contains(r.Stderr, "does not exist") || !OneLine(r.Stderr) {
 		t.Fatalf("replay to a missing topic: exit %d, stderr %q; want 1 and one line saying it does not exist", r.Code, r.Stderr)
