@@ -9,7 +9,8 @@
 //
 //	nil                        -> Success: the message is acknowledged.
 //	millrace.Discard(err)      -> Discard: never worth retrying; acknowledged (optionally dead-lettered).
-//	millrace.Retry(err)        -> Retry: redelivered after the policy delay, up to MaxAttempts.
+//	millrace.Retry(err)        -> Retry: tried again at once up to RetryPolicy.Immediate times,
+//	                              then redelivered after the policy delay, up to MaxAttempts.
 //	millrace.RetryAfter(err,d) -> Retry with an explicit delay.
 //	millrace.Malformed(err)    -> the payload cannot be decoded: dead-lettered at once, bytes intact.
 //	any other error            -> classified by the configured Classifier (default: Retry).
