@@ -15,8 +15,10 @@ import (
 
 // RetryEvent is what RetryConfig.OnRetry is told about a retry the adapter has scheduled.
 type RetryEvent struct {
-	// Attempt is the attempt that failed (Number at least 1, MaxAttempts the policy's); the
-	// next delivery is attempt Number+1.
+	// Attempt is the attempt that failed (Number at least 1, MaxAttempts the policy's), the
+	// last of its delivery (Attempt.Delivery). The next delivery, Attempt.NextDelivery(),
+	// starts at attempt RetryPolicy.FirstAttemptOf of it: Number+1, or later when this
+	// delivery's immediate attempts were cut short.
 	Attempt millrace.Attempt
 	// Delay is the delay asked of the adapter (the policy's, or a RetryAfter capped at the
 	// adapter's maximum). An adapter with fixed delay tiers may round it up to its next tier.
