@@ -37,8 +37,9 @@ const FallbackMaxMessageSize = 256 * 1024
 //     and custom types ("String.json") read back as they arrived, byte for byte; an original
 //     name escaped with deadletter.EscapeKey is an attribute of its own like any other;
 //   - when the message exceeds limit bytes (SQS's size: body, attribute names, types and values),
-//     the record gives way before the original content: record fields other than the reason
-//     and attempts are cut to 256 and then 32 bytes; then only the reason and attempts stay;
+//     the record gives way before the original content: the panic stack and then the error
+//     types are left out (whole: they are JSON, which a cut would make unreadable); record
+//     fields other than the reason and attempts are cut to 256 and then 32 bytes; then only the reason and attempts stay;
 //     then the record and UUID are left out, so the original body and attributes travel whole
 //     (deadletter.FromMessage then cannot read a record, but nothing of the message is lost);
 //     only then are original metadata entries dropped, largest first. KeyTrimmed says what was
@@ -72,8 +73,21 @@ func deadLetterMessage(msg *message.Message, limit int, types map[string]string)
 		return m, nil
 	}
 
-	// 1. Record fields cut short; the reason and attempt count stay whole.
+	// 0. The panic stack, then the error types, left out whole (deadletter.FromMessage refuses a
+	// part of their JSON).
 	var cut []string
+	for _, k := range []string{deadletter.KeyPanicStack, deadletter.KeyErrorTypes} {
+		if _, ok := record[k]; !ok {
+			continue
+		}
+		delete(record, k)
+		cut = append(cut, k)
+		record[KeyTrimmed] = trimNote(cut)
+		if m, ok := fits(); ok {
+			return m, nil
+		}
+	}
+	// 1. Record fields cut short; the reason and attempt count stay whole.
 	for _, n := range []int{256, 32} {
 		for _, k := range slices.Sorted(maps.Keys(record)) {
 			if k != deadletter.KeyReason && k != deadletter.KeyAttempts && k != KeyTrimmed && len(record[k]) > n {
