@@ -118,7 +118,7 @@ func retryImmediately(s RetryScheduler, cfg *RetryConfig, logger *slog.Logger, n
 	if a.Delivery <= 0 {
 		a.Delivery = cfg.Policy.DeliveryOf(a.Number)
 	}
-	last := min(cfg.Policy.FirstAttemptOf(a.Delivery)+cfg.Policy.Immediate, cfg.Policy.MaxAttempts)
+	last := min(satmath.AddInt(cfg.Policy.FirstAttemptOf(a.Delivery), cfg.Policy.Immediate), cfg.Policy.MaxAttempts)
 	for a.Number < last && immediateAgain(cfg, base, ctx, err, &a, now) {
 		if logger.Enabled(base, slog.LevelDebug) {
 			logImmediate(base, logger, msg.UUID, a.Number, cfg.Policy.MaxAttempts, err)
@@ -181,7 +181,7 @@ func retryFailed(s RetryScheduler, cfg *RetryConfig, logger *slog.Logger, now fu
 	if a.Delivery <= 0 {
 		a.Delivery = cfg.Policy.DeliveryOf(a.Number)
 	}
-	if a.Number >= cfg.Policy.MaxAttempts || cfg.Policy.FirstAttemptOf(a.Delivery+1) > cfg.Policy.MaxAttempts {
+	if a.Number >= cfg.Policy.MaxAttempts || cfg.Policy.FirstAttemptOf(satmath.AddInt(a.Delivery, 1)) > cfg.Policy.MaxAttempts {
 		// The last attempt, or the last delivery's immediate attempts cut short: no later
 		// delivery has an attempt left.
 		return nil, &millrace.ExhaustedError{Attempts: a.Number, Err: oe.Err}
