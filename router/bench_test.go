@@ -15,6 +15,9 @@ import (
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/memory"
 	"github.com/millrace/millrace/router"
+	"github.com/millrace/millrace/telemetry"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // The three benchmarks push b.N messages through one handler that succeeds, on the memory
@@ -140,10 +143,34 @@ func BenchmarkHandlerChain(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	stackWith := func(tel *telemetry.Telemetry) []message.HandlerMiddleware {
+		st, err := router.Stack(router.Config{
+			Adapter:   a,
+			Policy:    millrace.RetryPolicy{MaxAttempts: 5, Backoff: millrace.Fixed(time.Second)},
+			Logger:    discard,
+			Telemetry: tel,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return st
+	}
+	noopTel, err := telemetry.New(telemetry.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sdkTel, err := telemetry.New(telemetry.Config{
+		MeterProvider:  sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())),
+		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample())),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name  string
 		stack []message.HandlerMiddleware
-	}{{"bare", nil}, {"watermill-typical", typical}, {"millrace", millraceStack}} {
+	}{{"bare", nil}, {"watermill-typical", typical}, {"millrace", millraceStack},
+		{"millrace-telemetry-noop", stackWith(noopTel)}, {"millrace-telemetry-sdk", stackWith(sdkTel)}} {
 		h := message.HandlerFunc(handler)
 		for i := len(tc.stack) - 1; i >= 0; i-- {
 			h = tc.stack[i](h)

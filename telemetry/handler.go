@@ -37,9 +37,11 @@ type Handler struct {
 	t        *Telemetry
 	spanName string
 	base     []attribute.KeyValue
-	plain    metric.MeasurementOption               // the handler's attributes alone
-	outcomes map[[2]string]metric.AddOption         // (outcome, reason)
-	dead     map[deadletter.Reason]metric.AddOption // dead letters by reason
+	// Options are kept as ready slices: passing one with ... allocates nothing per call.
+	plainAdd    []metric.AddOption                       // the handler's attributes alone
+	plainRecord []metric.RecordOption                    // the same, for histograms
+	outcomes    map[[2]string][]metric.AddOption         // (outcome, reason)
+	dead        map[deadletter.Reason][]metric.AddOption // dead letters by reason
 }
 
 // deliveryKinds are the (outcome, reason) pairs a delivery can be counted under.
@@ -58,23 +60,27 @@ func (t *Telemetry) ForHandler(info HandlerInfo) *Handler {
 	with := func(extra ...attribute.KeyValue) attribute.Set {
 		return attribute.NewSet(append(append([]attribute.KeyValue(nil), base...), extra...)...)
 	}
+	plain := metric.WithAttributeSet(with())
 	h := &Handler{
 		t: t, spanName: "process " + info.Topic, base: base,
-		plain:    metric.WithAttributeSet(with()),
-		outcomes: map[[2]string]metric.AddOption{},
-		dead:     map[deadletter.Reason]metric.AddOption{},
+		plainAdd:    []metric.AddOption{plain},
+		plainRecord: []metric.RecordOption{plain},
+		outcomes:    map[[2]string][]metric.AddOption{},
+		dead:        map[deadletter.Reason][]metric.AddOption{},
 	}
 	for _, k := range deliveryKinds {
-		h.outcomes[k] = metric.WithAttributeSet(with(KeyOutcome.String(k[0]), KeyReason.String(k[1])))
+		h.outcomes[k] = []metric.AddOption{metric.WithAttributeSet(with(KeyOutcome.String(k[0]), KeyReason.String(k[1])))}
 	}
 	for _, r := range []deadletter.Reason{deadletter.Exhausted, deadletter.Malformed, deadletter.Discarded} {
-		h.dead[r] = metric.WithAttributeSet(with(KeyReason.String(string(r))))
+		h.dead[r] = []metric.AddOption{metric.WithAttributeSet(with(KeyReason.String(string(r))))}
 	}
 	return h
 }
 
-// record is what the layers of one delivery tell Outer, through the message context.
+// record is what the layers of one delivery tell Outer, through the message context. It is
+// that context too (it answers recordKey itself): one allocation per delivery, not two.
 type record struct {
+	context.Context
 	calls      int              // handler calls (Inner)
 	outcome    string           // the last call's
 	reason     string           // the last call's
@@ -86,6 +92,14 @@ type record struct {
 }
 
 type recordKey struct{}
+
+// Value implements context.Context.
+func (r *record) Value(key any) any {
+	if key == (recordKey{}) {
+		return r
+	}
+	return r.Context.Value(key)
+}
 
 func recordFrom(ctx context.Context) *record {
 	r, _ := ctx.Value(recordKey{}).(*record)
@@ -101,8 +115,8 @@ func recordFrom(ctx context.Context) *record {
 func (h *Handler) Outer() message.HandlerMiddleware {
 	return func(next message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
-			rec := &record{}
-			ctx := context.WithValue(msg.Context(), recordKey{}, rec)
+			rec := &record{Context: msg.Context()}
+			var ctx context.Context = rec
 			var span trace.Span
 			if h.t.tracing {
 				ctx, span = h.startSpan(ctx, msg)
@@ -121,16 +135,16 @@ func (h *Handler) finish(ctx context.Context, msg *message.Message, rec *record,
 		// Refused before the handler: Poison dead-lettered it (undecodable, or past MaxAttempts).
 		switch rec.deadLetter {
 		case deadletter.Malformed:
-			h.t.deliveries.Add(ctx, 1, h.outcomes[[2]string{OutcomeMalformed, ReasonUndecodable}])
+			h.t.deliveries.Add(ctx, 1, h.outcomes[[2]string{OutcomeMalformed, ReasonUndecodable}]...)
 		case deadletter.Exhausted:
-			h.t.deliveries.Add(ctx, 1, h.outcomes[[2]string{OutcomeRetry, ReasonOverLimit}])
+			h.t.deliveries.Add(ctx, 1, h.outcomes[[2]string{OutcomeRetry, ReasonOverLimit}]...)
 		}
 	}
 	switch {
 	case errors.Is(err, millrace.ErrRetryPublishFailed):
-		h.t.retryFailures.Add(ctx, 1, h.plain)
+		h.t.retryFailures.Add(ctx, 1, h.plainAdd...)
 	case errors.Is(err, millrace.ErrDeadLetterFailed):
-		h.t.dlFailures.Add(ctx, 1, h.plain)
+		h.t.dlFailures.Add(ctx, 1, h.plainAdd...)
 	}
 	ended := err == nil && !rec.retried && (rec.calls > 0 || rec.deadLetter != "")
 	attempt := rec.attempt
@@ -142,9 +156,9 @@ func (h *Handler) finish(ctx context.Context, msg *message.Message, rec *record,
 		if rec.deadLetter != "" && rec.dlAttempts > 0 {
 			n = rec.dlAttempts
 		}
-		h.t.finalAttempt.Record(ctx, int64(max(n, 1)), h.plain)
+		h.t.finalAttempt.Record(ctx, int64(max(n, 1)), h.plainRecord...)
 		if !attempt.FirstAttemptAt.IsZero() {
-			h.t.timeToOutcome.Record(ctx, max(time.Since(attempt.FirstAttemptAt).Seconds(), 0), h.plain)
+			h.t.timeToOutcome.Record(ctx, max(time.Since(attempt.FirstAttemptAt).Seconds(), 0), h.plainRecord...)
 		}
 	}
 	if span == nil {
@@ -188,10 +202,10 @@ func (h *Handler) Inner() message.HandlerMiddleware {
 			}
 			outcome, reason := classify(err)
 			if reason == ReasonPanic {
-				h.t.panics.Add(ctx, 1, h.plain)
+				h.t.panics.Add(ctx, 1, h.plainAdd...)
 			}
-			h.t.deliveries.Add(ctx, 1, h.outcomes[[2]string{outcome, reason}])
-			h.t.duration.Record(ctx, elapsed.Seconds(), h.plain)
+			h.t.deliveries.Add(ctx, 1, h.outcomes[[2]string{outcome, reason}]...)
+			h.t.duration.Record(ctx, elapsed.Seconds(), h.plainRecord...)
 			if rec := recordFrom(ctx); rec != nil {
 				rec.calls++
 				rec.outcome, rec.reason, rec.attempt = outcome, reason, attempt
@@ -224,7 +238,7 @@ func classify(err error) (outcome, reason string) {
 
 // OnRetry is the router's OnRetry hook part: it counts the retry and notes its delay.
 func (h *Handler) OnRetry(ctx context.Context, _ *message.Message, ev middleware.RetryEvent) {
-	h.t.retries.Add(ctx, 1, h.plain)
+	h.t.retries.Add(ctx, 1, h.plainAdd...)
 	if rec := recordFrom(ctx); rec != nil {
 		rec.retried, rec.delay = true, ev.Delay
 	}
@@ -233,7 +247,7 @@ func (h *Handler) OnRetry(ctx context.Context, _ *message.Message, ev middleware
 // OnDeadLetter is the router's OnDeadLetter hook part: it counts the dead letter by reason.
 func (h *Handler) OnDeadLetter(ctx context.Context, _ *message.Message, ev middleware.DeadLetterEvent) {
 	if opt, ok := h.dead[ev.Record.Reason]; ok {
-		h.t.deadLetters.Add(ctx, 1, opt)
+		h.t.deadLetters.Add(ctx, 1, opt...)
 	}
 	if rec := recordFrom(ctx); rec != nil {
 		rec.deadLetter, rec.dlAttempts = ev.Record.Reason, ev.Record.Attempts
