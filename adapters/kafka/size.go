@@ -45,8 +45,9 @@ import (
 //     become at most len(KeyPrefix) + 10 + len(EscapePrefix) = 40: under 3 a byte
 //     (escapeFactor, computed from the constants, rounded up);
 //   - millrace's own headers and record keys otherwise (names, numbers, times, topic names,
-//     two copies of the last error, each at most millrace.MaxErrorText, the handler name):
-//     at most fixedOverhead, whatever the record.
+//     two copies of the last error, each at most millrace.MaxErrorText, the error types and
+//     panic stack, at most deadletter.MaxErrorTypesBytes and deadletter.MaxPanicStackBytes,
+//     the handler name): at most fixedOverhead, whatever the record.
 //
 // No byte of B becomes more than perByte = max(5, 3, escapeFactor) = 5 bytes, so
 //
@@ -79,8 +80,10 @@ const (
 // 25 header and record-key names (under 40 bytes each, plus sarama's 10 a header), numbers
 // and times (under 40 bytes each), five topic names or positions (Kafka topic names are at
 // most 249 bytes), two copies of the last error (millrace.MaxErrorText each) and the Watermill
-// handler name, for which it leaves more than 8 KiB.
-const fixedOverhead = 16 << 10
+// handler name, for which 16 KiB leaves more than 8 KiB; and the error types and panic stack
+// of a dead letter, each at most its bound (deadletter.MaxErrorTypesBytes,
+// deadletter.MaxPanicStackBytes) with its header's name (under 40 bytes) and sarama's 10.
+const fixedOverhead = 16<<10 + deadletter.MaxErrorTypesBytes + deadletter.MaxPanicStackBytes + 2*(40+headerOverhead)
 
 // DefaultMaxMessageBytes is Kafka's default max.message.bytes and message.max.bytes (1 MiB +
 // 12), assumed when the brokers report neither.

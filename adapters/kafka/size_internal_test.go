@@ -3,6 +3,7 @@ package kafka
 import (
 	"encoding/binary"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -97,7 +98,13 @@ func TestMaxRecordBytesBoundsWhatMillraceWrites(t *testing.T) {
 				source: longTopic, count: 1, value: value, orig: ptrs}
 			rec := deadletter.Record{UUID: uuid, Reason: deadletter.Malformed, Attempts: MaxAttemptNumber, LastError: millrace.TruncateError(lastErr),
 				OriginalTopic: longTopic, OriginalKey: string(key), Broker: BrokerName, NativeID: d.nativeID(), Handler: strings.Repeat("h", 4096),
-				FirstFailureAt: at, LastFailureAt: at}
+				FirstFailureAt: at, LastFailureAt: at,
+				// At their bounds, quotes and tabs doubling under JSON escapes.
+				ErrorTypes: slices.Repeat([]string{strings.Repeat(`"`, deadletter.MaxErrorTypeText)}, deadletter.MaxErrorTypes),
+				PanicStack: strings.Repeat("\t\"\n", deadletter.MaxPanicStackBytes)}
+			if f := rec.Fields(); len(f[deadletter.KeyErrorTypes]) < deadletter.MaxErrorTypesBytes-600 || len(f[deadletter.KeyPanicStack]) < deadletter.MaxPanicStackBytes-100 {
+				t.Fatalf("error types (%d bytes) and stack (%d bytes) not at their bounds", len(f[deadletter.KeyErrorTypes]), len(f[deadletter.KeyPanicStack]))
+			}
 			check := func(what string, hs []sarama.RecordHeader) {
 				t.Helper()
 				pm := &sarama.ProducerMessage{Value: sarama.ByteEncoder(value), Headers: hs}
