@@ -22,8 +22,9 @@
 // escaped, millrace's state and the record keys, and in sarama's accounting (10 bytes for
 // each header, however small) a record of nothing but empty headers grows about fivefold. The
 // adapter's retries and dead letters of T go through a producer whose Producer.MaxMessageBytes
-// is at least 5 S + 25 KiB (the record keys, error types and panic stack included), which bounds the largest record millrace writes from any record of
-// T, and the retry and dead-letter topics get a max.message.bytes that holds a batch of that
+// is at least 5 S + 25 KiB (the record keys, error types and panic stack included), which
+// bounds the largest record millrace writes from any record of T, and the retry and
+// dead-letter topics get a max.message.bytes that holds a batch of that
 // producer (about 5 MiB for Kafka's 1 MiB default). Topics that exist and are smaller are
 // raised (IncrementalAlterConfigs; their other settings stay); when the brokers refuse,
 // Provision fails, naming the topic and the size it needs, instead of leaving records to be
