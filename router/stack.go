@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -25,6 +26,10 @@ func handlerStack(cfg Config, name, topic string) ([]message.HandlerMiddleware, 
 	}
 	cfg.setDefaults()
 	caps := cfg.Adapter.Capabilities()
+	if name != "" {
+		// Every line the handler's middleware logs names the handler, its topic and the broker.
+		cfg.Logger = cfg.Logger.With(slog.String("handler", name), slog.String("topic", topic), slog.String("broker", caps.Broker))
+	}
 	var tel *telemetry.Handler
 	var stack []message.HandlerMiddleware
 	if cfg.Telemetry != nil {
