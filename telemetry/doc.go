@@ -34,9 +34,10 @@
 // One span per delivery, "process <topic>", kind consumer, a child of the producer's trace
 // context read from the message metadata (W3C traceparent by default); it carries the attempt
 // number, the outcome and reason, the retry delay, the message UUID and the broker's native id.
-// Each span writes its own context under AttemptTraceHeader; where a retry is a new copy of the
-// message (Kafka, RabbitMQ delay tiers, memory) the next attempt's span links to it, and every
-// dead letter carries the last attempt's (LinkedAttempt reads it). Where the broker redelivers
-// the original itself (Redis Streams, SQS, NATS) attempts are siblings under the producer's
+// Each span writes its own context under AttemptTraceHeader. Where a retry is a new copy of
+// the message (Kafka, memory, RabbitMQ when it republishes to a delay tier) the next attempt's
+// span links to it, and every dead letter carries the last attempt's (LinkedAttempt reads it).
+// Where the broker redelivers the original itself (Redis Streams, SQS, NATS, and RabbitMQ's
+// rejection into the queue's own dead-letter tier) attempts are siblings under the producer's
 // span without links: the message cannot change between deliveries.
 package telemetry

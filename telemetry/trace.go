@@ -12,12 +12,13 @@ import (
 // AttemptTraceHeader prefixes the metadata keys that carry an attempt's span context
 // ("millrace-attempt-traceparent", "millrace-attempt-tracestate" with the W3C propagator). Outer
 // writes them on each delivery; an adapter that retries with a new copy of the message (Kafka,
-// RabbitMQ tiers, memory) and every dead letter carry the metadata on, so the next attempt's
-// span and the dead letter link to the attempt before. The producer's own trace context
-// ("traceparent") is read, never rewritten: every attempt is a child of the producer's span.
-// Where the broker redelivers the original itself (Redis Streams, SQS, NATS), the metadata
-// cannot change between deliveries and attempts are siblings under the producer's span,
-// without links.
+// memory, RabbitMQ when it republishes to a delay tier) and every dead letter carry the
+// metadata on, so the next attempt's span and the dead letter link to the attempt before. The
+// producer's own trace context ("traceparent") is read, never rewritten: every attempt is a
+// child of the producer's span. Where the broker redelivers the original itself (Redis
+// Streams, SQS, NATS, and RabbitMQ's rejection into the queue's own dead-letter tier), the
+// metadata cannot change between deliveries and attempts are siblings under the producer's
+// span, without links.
 const AttemptTraceHeader = "millrace-attempt-"
 
 // metadataCarrier reads and writes message metadata as a TextMapCarrier.
