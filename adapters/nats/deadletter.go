@@ -64,7 +64,7 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 		return fmt.Errorf("%w: nats: the message was not received through this adapter's Subscriber", millrace.ErrDeadLetterFailed)
 	}
 	subject := a.DeadLetterTopic(d.msg.Subject())
-	m := deadLetterMsg(subject, d.msg.Headers(), d.msg.Data(), rec)
+	m := fitMaxPayload(deadLetterMsg(subject, d.msg.Headers(), d.msg.Data(), rec), a.nc.MaxPayload())
 	wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), a.writeDeadline(d))
 	defer cancel()
 	if err := a.publishDeadLetter(wctx, m); err != nil {
@@ -116,6 +116,37 @@ func deadLetterMsg(subject string, h nats.Header, data []byte, rec deadletter.Re
 		m.Header.Set(k, headerValue(v))
 	}
 	return m
+}
+
+// fitMaxPayload leaves out of dead letter m, when it would exceed the server's max_payload
+// (headers and data), the panic stack and then the error types: the record's largest fields
+// (up to 8 KiB and 1 KiB) and the ones it can best do without, so that they never make a
+// message undeliverable to its dead-letter stream that would fit without them. A max of 0 (not
+// connected) leaves m as it is.
+func fitMaxPayload(m *nats.Msg, maxPayload int64) *nats.Msg {
+	for _, k := range []string{deadletter.KeyPanicStack, deadletter.KeyErrorTypes} {
+		if maxPayload <= 0 || msgSize(m) <= maxPayload {
+			break
+		}
+		m.Header.Del(k)
+	}
+	return m
+}
+
+// msgSize is what the server counts against max_payload: the data and the header block
+// ("NATS/1.0\r\n", "Name: value\r\n" per value, "\r\n").
+func msgSize(m *nats.Msg) int64 {
+	n := int64(len(m.Data))
+	if len(m.Header) == 0 {
+		return n
+	}
+	n += int64(len("NATS/1.0\r\n\r\n"))
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			n += int64(len(k) + len(": ") + len(v) + len("\r\n"))
+		}
+	}
+	return n
 }
 
 // headerValue makes v a valid header value: line breaks become spaces (an error text may hold

@@ -87,7 +87,10 @@
 //
 // A dead letter is larger than its original by the record's headers (up to about 3 KiB with
 // the longest error text): a message within that of the server's max_payload (1 MiB by
-// default) cannot be dead-lettered, and is delivered again after every failed write.
+// default) cannot be dead-lettered, and is delivered again after every failed write. The
+// record's error types and panic stack (up to 1 KiB and 8 KiB more) are left out, the stack
+// first, of a dead letter that would exceed max_payload with them (fitMaxPayload), so they
+// never make a message undeliverable.
 //
 // # Throughput and ordering
 //
