@@ -200,7 +200,10 @@ func (c BreakerConfig) Bounded(maxBudget, budget time.Duration) BreakerConfig {
 // Each handler the returned middleware wraps has a breaker of its own. Install it inside Retry
 // and outside Classify (the router does, with router.Config.Breaker), so the errors it counts
 // carry their outcome and a probe that fails is retried by the policy like any attempt: a
-// probe uses an attempt, a waiting message none.
+// probe uses an attempt, a waiting message none. Each immediate attempt of a policy with
+// RetryPolicy.Immediate passes through the breaker too; Retry then sets the delivery's shared
+// deadline (RetryConfig.Budget) on the message context before the breaker sees it, so such a
+// message waits at most until that deadline and is then handed back.
 //
 // # What holding costs, per broker
 //
@@ -226,8 +229,9 @@ func (c BreakerConfig) Bounded(maxBudget, budget time.Duration) BreakerConfig {
 //     rebalance waits for the records handed out (up to the rebalance timeout, 5 min by
 //     default): set MaxHold well below it, or close Stop when the consumer leaves. A hand-back
 //     is delivered again after NackDelay.
-//   - SQS: one message per subscription (MaxNumberOfMessages 1); the rest stays in the queue.
-//     The message becomes visible to other consumers when its VisibilityTimeout ends, so
+//   - SQS: the messages one subscription has received and not yet settled, its in-flight
+//     bound (see the adapter's documentation); the rest stays in the queue. A received message
+//     becomes visible to other consumers when its VisibilityTimeout ends, so
 //     Bounded keeps the wait within MaxBudget - Budget (MaxBudget is ProcessingBudget, at least
 //     1 s below the visibility timeout); a handed-back message stays hidden until then.
 //   - NATS JetStream: Config.Window messages per subscription (default 64); the rest stays in
@@ -237,7 +241,8 @@ func (c BreakerConfig) Bounded(maxBudget, budget time.Duration) BreakerConfig {
 //
 // On the conformance test's outage (one subscription, keyless records, default windows) the
 // most messages seen waiting at once were: memory 1, Redis Streams 43, RabbitMQ 1, Kafka 2,
-// SQS 1, NATS 43 (of the 40 sent during the outage and the retries coming due).
+// NATS 43 (of the 40 sent during the outage and the retries coming due); SQS 1 when a
+// subscription receives one message at a time, 32 when it may hold 32.
 //
 // The conformance suite's BreakerHoldsDuringOutage test runs the outage of issue 17 on every
 // adapter and logs how many messages waited.
