@@ -153,6 +153,14 @@
 // Config.CheckDelivery can refuse a body (e.g. invalid JSON): the delivery is then dead-lettered
 // as Malformed, bytes intact, without calling the handler.
 //
+// A dead letter's headers travel in one content header frame, which AMQP 0-9-1 never splits:
+// RabbitMQ refuses one larger than the negotiated frame_max (131072 bytes by default), and the
+// refusal fails the other publishes in flight on the connection. The record's panic stack and
+// then its error types (up to 8 KiB and 1 KiB) are left out of a dead letter whose header would
+// not fit with them (fitFrame), so they never make a message undeliverable to its DLQ; the rest
+// of the record (about 3 KiB at most) is not, so a message whose headers come within that of
+// frame_max cannot be dead-lettered and is delivered again after every failed write.
+//
 // # Crashes
 //
 // What holds when a consumer process is killed (SIGKILL) and restarted, on both queue types,
