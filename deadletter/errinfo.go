@@ -11,10 +11,11 @@ import (
 // Bounds of the error-type and panic-stack fields of a record. They hold for the field's value
 // as written (its JSON text), so that with the error text (millrace.MaxErrorText) and the other
 // fields a record adds at most about 12 KiB to a message on every broker: SQS packs all record
-// fields into one attribute (the 10-attribute limit is not touched) and gives the record way
-// before the original content when a message nears the queue's size limit; Kafka sizes its
-// retry and dead-letter topics with these bounds included; NATS and RabbitMQ carry them as
-// headers, well inside a 1 MiB max_payload and a 128 KiB frame; Redis has no limit near them.
+// fields into one attribute (the 10-attribute limit is not touched) and, near the queue's size
+// limit, leaves out the stack, then the types, before it cuts other fields; Kafka sizes its
+// retry and dead-letter topics with these bounds included; RabbitMQ (one content header frame,
+// 128 KiB by default) and NATS (max_payload, 1 MiB by default) leave them out, the stack first,
+// of a dead letter that would not fit with them; Redis has no limit near them.
 const (
 	// MaxErrorTypes is the most types KeyErrorTypes lists.
 	MaxErrorTypes = 16
