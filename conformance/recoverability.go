@@ -2,8 +2,10 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -119,5 +121,63 @@ func testMaxElapsedGivesUp(t *testing.T, h Harness, opts Options) {
 	time.Sleep(opts.Delay + opts.Tolerance)
 	if got := len(f.snapshot()); got != n {
 		t.Fatalf("handler called %d times after dead-lettering, want %d", got, n)
+	}
+}
+
+// testImmediateAttemptsShareTheBudget: the immediate attempts of a delivery run under the one
+// deadline of its processing budget, set before its first attempt, and none starts once it has
+// passed. With Immediate 2 and MaxAttempts 6 (attempts 1-3 | 4-6), attempt 1 uses up its
+// delivery's budget, so attempts 2 and 3 are never made (their numbers are used up) and the
+// delayed retry is attempt 4; attempts 4, 5, 6 share one deadline.
+func testImmediateAttemptsShareTheBudget(t *testing.T, h Harness, opts Options) {
+	const budget = 100 * time.Millisecond
+	f := newFixture(t, h, opts)
+	dl := f.watchDeadLetters()
+	policy := millrace.RetryPolicy{MaxAttempts: 6, Immediate: 2, Backoff: millrace.Fixed(opts.Delay)}
+	var mu sync.Mutex
+	deadlines := map[int]time.Time{}
+	f.run(router.Config{Policy: policy, Budget: budget}, func(ctx context.Context, _ *message.Message, a millrace.Attempt) error {
+		d, ok := ctx.Deadline()
+		if !ok {
+			return millrace.Discard(errors.New("no deadline in the handler context"))
+		}
+		mu.Lock()
+		deadlines[a.Number] = d
+		mu.Unlock()
+		switch a.Number {
+		case 1:
+			<-ctx.Done() // the delivery's budget is used up: no immediate attempt may follow
+			return ctx.Err()
+		case 4, 5:
+			return fmt.Errorf("blip (attempt %d)", a.Number)
+		}
+		return nil
+	})
+	f.publish(newMsg(`{"id":"immediate-budget"}`))
+	f.waitCalls("attempts 1, 4, 5, 6", func(c []call) bool { return len(c) >= 4 || (len(c) >= 2 && c[1].attempt.Number != 4) })
+	time.Sleep(opts.Delay + opts.Quiet)
+	calls := f.snapshot()
+	want := []struct{ number, delivery int }{{1, 1}, {4, 2}, {5, 2}, {6, 2}}
+	if len(calls) != len(want) {
+		t.Fatalf("want %d handler calls (attempts 1, 4, 5, 6), got %d: %s", len(want), len(calls), describe(calls))
+	}
+	for i, w := range want {
+		if c := calls[i].attempt; c.Number != w.number || c.Delivery != w.delivery {
+			t.Errorf("call %d: attempt %d of delivery %d, want attempt %d of delivery %d", i, c.Number, c.Delivery, w.number, w.delivery)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	shared := deadlines[4]
+	for _, n := range []int{5, 6} {
+		if !deadlines[n].Equal(shared) {
+			t.Errorf("attempt %d: deadline %s, want its delivery's %s (set before attempt 4)", n, deadlines[n].Format(time.StampMicro), shared.Format(time.StampMicro))
+		}
+	}
+	if d := shared.Sub(calls[1].start); d > budget || d < budget-opts.Tolerance {
+		t.Errorf("delivery 2's deadline %s after its first attempt began, want the budget %s", d, budget)
+	}
+	if recs, _ := dl.snapshot(); len(recs) != 0 {
+		t.Fatalf("a message that succeeded was dead-lettered: %+v", recs)
 	}
 }

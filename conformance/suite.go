@@ -42,6 +42,7 @@ func Run(t *testing.T, h Harness) {
 		{"DelayAboveAdapterMaximumIsRefused", testDelayAboveAdapterMaximumIsRefused},
 		{"ImmediateThenDelayedRetries", testImmediateThenDelayedRetries},
 		{"MaxElapsedGivesUp", testMaxElapsedGivesUp},
+		{"ImmediateAttemptsShareTheBudget", testImmediateAttemptsShareTheBudget},
 		{"BreakerHoldsDuringOutage", testBreakerHoldsDuringOutage},
 	}
 	for _, tc := range tests {
