@@ -31,7 +31,7 @@ type Capabilities struct {
 	CarriesLastError bool
 	// KnowsFirstAttempt is true when DecodeAttempt fills Attempt.FirstAttemptAt on every
 	// delivery after the first, from the broker's own state or from millrace's retry headers
-	// (the attempt middleware fills the first delivery's with its own time). RetryPolicy.
+	// (the attempt middleware fills the first delivery's with its own time). A policy's
 	// MaxElapsed is refused where it is false. See RetryPolicy for what each broker's time is.
 	KnowsFirstAttempt bool
 }
