@@ -110,6 +110,14 @@ func retryImmediately(s RetryScheduler, cfg *RetryConfig, logger *slog.Logger, n
 		msg.SetContext(base)
 		return out, nil
 	}
+	return retryAgain(s, cfg, logger, now, h, msg, base, ctx, out, err)
+}
+
+// retryAgain is retryImmediately after a failed first attempt: the immediate attempts, then
+// retryFailed. It is apart so that its frame stays off the stack of a message that succeeds
+// at once; ctx is the delivery's context with the shared deadline (base without a Budget).
+func retryAgain(s RetryScheduler, cfg *RetryConfig, logger *slog.Logger, now func() time.Time, h message.HandlerFunc,
+	msg *message.Message, base, ctx context.Context, out []*message.Message, err error) ([]*message.Message, error) {
 	a, ok := millrace.AttemptFromContext(base)
 	if !ok { // no attempt middleware: the first attempt of the first delivery
 		a = millrace.Attempt{Number: 1, Delivery: 1, MaxAttempts: cfg.Policy.MaxAttempts}
