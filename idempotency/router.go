@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -15,8 +16,13 @@ type RouterGuard struct {
 	cfg     Config
 	mu      sync.Mutex
 	mws     map[string]*Middleware // by handler name
+	infos   map[string]handlerInfo // by handler name: what the metrics name it by
+	logger  *slog.Logger           // cfg.Logger, else the first handler's
 	checked bool                   // Check passed once: a router with several handlers checks once
 }
+
+// handlerInfo is what Instrument's attributes say of one handler.
+type handlerInfo struct{ topic, broker string }
 
 var (
 	_ router.Idempotency = (*RouterGuard)(nil)
@@ -34,7 +40,7 @@ var (
 // The key is the handler's: Key's value (MessageUUID by default) prefixed with the handler
 // name and "/", so two handlers of one message, sharing a store, each run it once.
 func ForRouter(cfg Config) *RouterGuard {
-	return &RouterGuard{cfg: cfg, mws: map[string]*Middleware{}}
+	return &RouterGuard{cfg: cfg, mws: map[string]*Middleware{}, infos: map[string]handlerInfo{}, logger: cfg.Logger}
 }
 
 // Middleware implements router.Idempotency.
@@ -67,6 +73,10 @@ func (g *RouterGuard) Middleware(s router.HandlerSettings) (message.HandlerMiddl
 	}
 	g.mu.Lock()
 	g.mws[s.Name] = mw
+	g.infos[s.Name] = handlerInfo{topic: s.Topic, broker: s.Broker}
+	if g.logger == nil {
+		g.logger = s.Logger
+	}
 	g.mu.Unlock()
 	return mw.Wrap, nil
 }

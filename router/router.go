@@ -141,7 +141,9 @@ func wrap(stack []message.HandlerMiddleware, h message.HandlerFunc) message.Hand
 
 // Run validates every handler's settings, checks every idempotency store that is a Checker,
 // provisions every handler's topic on the adapter with
-// that handler's policy, then runs the handlers until ctx is done or Close is called.
+// that handler's policy, then runs the handlers until ctx is done or Close is called. With
+// Config.Telemetry set it observes every topic's backlog (a millrace.BacklogReporter adapter)
+// and has every distinct guard that is an Instrumenter register its metrics, while it runs.
 func (r *Router) Run(ctx context.Context) error {
 	if err := r.Validate(); err != nil {
 		return err
@@ -167,6 +169,11 @@ func (r *Router) Run(ctx context.Context) error {
 			stop()
 		}
 	}()
+	if err != nil {
+		return err
+	}
+	guardStops, err := r.instrumentGuards(regs)
+	stops = append(stops, guardStops...)
 	if err != nil {
 		return err
 	}
