@@ -43,6 +43,7 @@ import (
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/memory"
 	"github.com/millrace/millrace/deadletter"
+	"github.com/millrace/millrace/idempotency"
 	"github.com/millrace/millrace/router"
 	"github.com/millrace/millrace/telemetry"
 )
@@ -54,11 +55,18 @@ const (
 	Handler = "orders"
 )
 
+// Delay is the wait before each retry.
+const Delay = 150 * time.Millisecond
+
 // Policy is the example's retry policy: three attempts, short delays so that it ends at once.
-var Policy = millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(20 * time.Millisecond)}
+var Policy = millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(Delay)}
 
 // Budget is the handler's processing budget; the "slow" message runs past it once.
 const Budget = 200 * time.Millisecond
+
+// LeaseTTL is the idempotency lease: longer than Budget, shorter than the policy's retry window
+// (2 x Delay), as idempotency.Config requires.
+const LeaseTTL = 250 * time.Millisecond
 
 // Workload is what the example publishes: how many messages of each kind.
 var Workload = []struct {
@@ -76,6 +84,10 @@ var Workload = []struct {
 	{"retry-write", 1, "fails once and its retry write fails: redelivered, then succeeds"},
 	{"dead-letter-write", 1, "is malformed and its first dead-letter write fails: redelivered, then dead-lettered"},
 }
+
+// Duplicate is published again, with the same UUID, once everything has settled: its
+// idempotency claim finds it done and it is acknowledged without running the handler's work.
+const Duplicate = "ok-0"
 
 // Report is what run observed.
 type Report struct {
@@ -98,18 +110,10 @@ func main() {
 
 // run is the whole example: it writes what it shows to out and returns what it observed.
 func run(ctx context.Context, out io.Writer) (*Report, error) {
-	// Metrics: the SDK's MeterProvider with the OpenTelemetry Prometheus exporter as its reader,
-	// registered in a registry of its own (prometheus.DefaultRegisterer in an application that
-	// already serves one). The translation strategy is set explicitly: with it, "millrace.deliveries"
-	// is millrace_deliveries_total and "millrace.handler.duration" (unit s) is
-	// millrace_handler_duration_seconds, the names the dashboard and alerts use.
-	reg := prometheus.NewRegistry()
-	exporter, err := otelprom.New(otelprom.WithRegisterer(reg),
-		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes))
+	reg, mp, err := newMetrics()
 	if err != nil {
 		return nil, err
 	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	defer func() { _ = mp.Shutdown(context.Background()) }()
 
 	// Traces: the SDK's TracerProvider; an application would give it an OTLP exporter, the
@@ -142,11 +146,19 @@ func run(ctx context.Context, out io.Writer) (*Report, error) {
 	defer mem.Close()
 	broker := newFaultyBroker(mem)
 
+	// The idempotency lease (an in-process store here; RedisStore in production): its claims
+	// are counted by result in millrace_idempotency_claims_total once the router runs with
+	// Telemetry (a RedisStore adds the lease store's memory and evictions).
+	store, err := idempotency.NewMemoryStore(idempotency.StoreOptions{})
+	if err != nil {
+		return nil, err
+	}
 	r, err := router.New(router.Config{
 		Adapter:            broker,
 		Policy:             Policy,
 		Budget:             Budget,
 		DeadLetterDiscards: true,
+		Idempotency:        idempotency.ForRouter(idempotency.Config{Store: store, LeaseTTL: LeaseTTL}),
 		Telemetry:          tel,
 		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -165,8 +177,8 @@ func run(ctx context.Context, out io.Writer) (*Report, error) {
 		return nil, fmt.Errorf("router: %w", err)
 	}
 
-	fmt.Fprintf(out, "serving %s\n\nworkload on topic %q (policy: %d attempts, %v apart; budget %v):\n",
-		metricsURL, Topic, Policy.MaxAttempts, 20*time.Millisecond, Budget)
+	fmt.Fprintf(out, "serving %s\n\nworkload on topic %q (policy: %d attempts, %v apart; budget %v; idempotency lease %v):\n",
+		metricsURL, Topic, Policy.MaxAttempts, Delay, Budget, LeaseTTL)
 	for _, w := range Workload {
 		fmt.Fprintf(out, "  %d x %-17s %s\n", w.Count, w.Kind, w.What)
 		for i := range w.Count {
@@ -188,6 +200,13 @@ func run(ctx context.Context, out io.Writer) (*Report, error) {
 	}
 
 	// Every message ends (succeeds or is dead-lettered) within a few hundred milliseconds.
+	if err := settle(ctx, mem, 30*time.Second); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "  then %s again (same UUID): a duplicate, acknowledged by its idempotency claim (done)\n", Duplicate)
+	if err := publish(ctx, tp, mem, message.NewMessage(Duplicate, []byte(`{"id":"`+Duplicate+`","kind":"ok"}`))); err != nil {
+		return nil, err
+	}
 	if err := settle(ctx, mem, 30*time.Second); err != nil {
 		return nil, err
 	}
@@ -227,6 +246,22 @@ func publish(ctx context.Context, tp trace.TracerProvider, mem *memory.Adapter, 
 	defer span.End()
 	propagation.TraceContext{}.Inject(ctx, propagation.MapCarrier(msg.Metadata))
 	return mem.Publish(Topic, msg)
+}
+
+// newMetrics returns the SDK's MeterProvider with the OpenTelemetry Prometheus exporter as its
+// reader, registered in a registry of its own (an application that already serves
+// prometheus.DefaultRegisterer would pass that). The translation strategy is set explicitly:
+// with it "millrace.deliveries" is millrace_deliveries_total and "millrace.handler.duration"
+// (unit s) millrace_handler_duration_seconds, the names the dashboard and the alerts use; the
+// exporter's default follows prometheus/common's name validation scheme, which may keep the dots.
+func newMetrics() (*prometheus.Registry, *sdkmetric.MeterProvider, error) {
+	reg := prometheus.NewRegistry()
+	exporter, err := otelprom.New(otelprom.WithRegisterer(reg),
+		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes))
+	if err != nil {
+		return nil, nil, err
+	}
+	return reg, sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter)), nil
 }
 
 // order is the message body the handler expects.
