@@ -1,0 +1,125 @@
+package redisstream
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/millrace/millrace"
+)
+
+func readBacklog(t *testing.T, a *Adapter, stream string) millrace.Backlog {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b, err := a.Backlog(ctx, stream)
+	if err != nil {
+		t.Fatalf("Backlog: %v", err)
+	}
+	return b
+}
+
+func wantBacklog(t *testing.T, what string, got, want millrace.Backlog) {
+	t.Helper()
+	if got.Waiting != want.Waiting || got.InFlight != want.InFlight || got.RetriesWaiting != want.RetriesWaiting ||
+		got.DeadLetters != want.DeadLetters || len(got.Partitions) != 0 {
+		t.Fatalf("%s: backlog %+v, want %+v", what, got, want)
+	}
+}
+
+// TestBacklogReportsAKnownState: 6 entries published to a provisioned stream are all waiting;
+// once a router has handled them (2 succeed, 2 are dead-lettered, 1 waits for a 1-minute retry,
+// 1 is held by its handler) the backlog reads exactly that; once the held one is released,
+// nothing is in flight.
+func TestBacklogReportsAKnownState(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.ProcessingBudget = 20 * time.Second // the held entry must not be recovered meanwhile
+	a := newTestAdapter(t, cfg)
+	stream := uniqueStream(t)
+	ctx := context.Background()
+	policy := millrace.RetryPolicy{MaxAttempts: 2, Backoff: millrace.Fixed(time.Minute)}
+	if err := a.Provision(ctx, stream, policy); err != nil {
+		t.Fatal(err)
+	}
+	wantBacklog(t, "provisioned", readBacklog(t, a, stream), millrace.Backlog{})
+	payloads := []string{"ok", "ok", "dead", "dead", "retry", "hold"}
+	for _, p := range payloads {
+		if err := a.Publisher().Publish(stream, message.NewMessage(watermill.NewUUID(), []byte(p))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantBacklog(t, "published", readBacklog(t, a, stream), millrace.Backlog{Waiting: 6})
+
+	held, release := make(chan struct{}), make(chan struct{})
+	runRouter(t, a, stream, policy, 0, func(_ context.Context, msg *message.Message, _ millrace.Attempt) error {
+		switch string(msg.Payload) {
+		case "dead":
+			return millrace.Malformed(errors.New("not JSON"))
+		case "retry":
+			return errors.New("dependency down")
+		case "hold":
+			close(held)
+			<-release
+		}
+		return nil
+	})
+	<-held
+	waitUntil(t, "4 acked (2 of them dead-lettered), 1 retry scheduled", 10*time.Second, func() bool {
+		s := a.Stats()
+		return s.Acked == 4 && s.DeadLettered == 2 && s.RetriesScheduled == 1
+	})
+	wantBacklog(t, "handled", readBacklog(t, a, stream), millrace.Backlog{InFlight: 1, RetriesWaiting: 1, DeadLetters: 2})
+
+	close(release)
+	waitUntil(t, "the held entry acked", 10*time.Second, func() bool { return a.Stats().Acked == 5 })
+	wantBacklog(t, "released", readBacklog(t, a, stream), millrace.Backlog{RetriesWaiting: 1, DeadLetters: 2})
+}
+
+// TestBacklogUnknownLag: when Redis cannot count the group's lag (an entry deleted among the
+// undelivered ones), Waiting is Unknown, not a guess; the rest still reads.
+func TestBacklogUnknownLag(t *testing.T) {
+	t.Parallel()
+	a := newTestAdapter(t, testConfig())
+	stream := uniqueStream(t)
+	ctx := context.Background()
+	if err := a.Provision(ctx, stream, millrace.RetryPolicy{MaxAttempts: 2, Backoff: millrace.Fixed(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 3 {
+		id, err := a.Client().XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"payload", i}}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	wantBacklog(t, "3 added", readBacklog(t, a, stream), millrace.Backlog{Waiting: 3})
+	if err := a.Client().XDel(ctx, stream, ids[1]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	wantBacklog(t, "one deleted", readBacklog(t, a, stream), millrace.Backlog{Waiting: millrace.Unknown})
+}
+
+// TestBacklogWithoutGroupOrStream: a stream the group never joined reads Waiting and InFlight
+// Unknown; a stream that does not exist is an error.
+func TestBacklogWithoutGroupOrStream(t *testing.T) {
+	t.Parallel()
+	a := newTestAdapter(t, testConfig())
+	stream := uniqueStream(t)
+	ctx := context.Background()
+	if _, err := a.Backlog(ctx, stream); err == nil {
+		t.Fatal("Backlog of a stream that does not exist: no error")
+	}
+	c := testClient(t)
+	if err := c.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"payload", "x"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Del(context.Background(), stream) })
+	wantBacklog(t, "no group", readBacklog(t, a, stream), millrace.Backlog{Waiting: millrace.Unknown, InFlight: millrace.Unknown})
+}
