@@ -56,7 +56,7 @@ const (
 )
 
 // Delay is the wait before each retry.
-const Delay = 150 * time.Millisecond
+const Delay = 250 * time.Millisecond
 
 // Policy is the example's retry policy: three attempts, short delays so that it ends at once.
 var Policy = millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(Delay)}
@@ -66,7 +66,7 @@ const Budget = 200 * time.Millisecond
 
 // LeaseTTL is the idempotency lease: longer than Budget, shorter than the policy's retry window
 // (2 x Delay), as idempotency.Config requires.
-const LeaseTTL = 250 * time.Millisecond
+const LeaseTTL = 400 * time.Millisecond
 
 // Workload is what the example publishes: how many messages of each kind.
 var Workload = []struct {
