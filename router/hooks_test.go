@@ -344,8 +344,8 @@ func TestPanickingHookDoesNotBreakHandling(t *testing.T) {
 	}
 	out := logs.String()
 	for _, want := range []string{
-		`level=ERROR msg="millrace: hook panicked; the message is handled as without it" hook=OnRetry message_uuid=m-1 panic="alerting client nil"`,
-		`level=ERROR msg="millrace: hook panicked; the message is handled as without it" hook=OnDeadLetter message_uuid=m-1 panic="audit table missing"`,
+		`level=ERROR msg="millrace: hook panicked; the message is handled as without it" handler=h topic=t broker=memory hook=OnRetry message_uuid=m-1 panic="alerting client nil"`,
+		`level=ERROR msg="millrace: hook panicked; the message is handled as without it" handler=h topic=t broker=memory hook=OnDeadLetter message_uuid=m-1 panic="audit table missing"`,
 		"stack=",
 	} {
 		if !strings.Contains(out, want) {
