@@ -109,6 +109,10 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 		defer p.txn.close() // after the pipeline's records finished (defers run last first)
 	}
 	defer p.close()
+	if fromRetryTopic {
+		h.consumeRetries(sess, claim, p, tierDelay)
+		return nil
+	}
 	for {
 		var rec *sarama.ConsumerMessage
 		select {
@@ -126,13 +130,7 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 			// (this member again, or another) starts a producer under the new generation.
 			return nil
 		}
-		f := h.decode(rec, fromRetryTopic)
-		// Retry records are dispatched in their topic's order, each once due: the tier holds
-		// one delay, so due times rise with the offsets.
-		if fromRetryTopic && f.decodeErr == nil && !h.waitUntilDue(sess, p.txnDead(), rec, f.d.stateMD, tierDelay) {
-			return nil
-		}
-		if !p.admit(f) {
+		if !p.admit(h.decode(rec, false)) {
 			return nil
 		}
 	}
@@ -247,12 +245,10 @@ func (h *groupHandler) deliver(p *pipeline, f *flight) bool {
 // delay before it counts as untrusted.
 const clockSlack = time.Second
 
-// waitUntilDue holds a retry record until its not-before time with its partition paused, so no
-// more records are fetched for it while other partitions flow and heartbeats go on. Untrusted
-// headers cannot hold a partition longer than the record's tier delay (Config.MaxDelay when the
-// tier is unknown) plus clockSlack after the record was written. It reports false when the session or
-// subscription ended first.
-func (h *groupHandler) waitUntilDue(sess sarama.ConsumerGroupSession, dead <-chan struct{}, rec *sarama.ConsumerMessage, md message.Metadata, tierDelay time.Duration) bool {
+// dueTime is when a retry record may be handled: its not-before time, except that untrusted
+// headers cannot hold a partition longer than the record's tier delay (Config.MaxDelay when
+// the tier is unknown) plus clockSlack after the record was written.
+func (h *groupHandler) dueTime(rec *sarama.ConsumerMessage, md message.Metadata, tierDelay time.Duration) time.Time {
 	s := h.sub
 	due := notBefore(md)
 	bound := tierDelay
@@ -266,23 +262,5 @@ func (h *groupHandler) waitUntilDue(sess sarama.ConsumerGroupSession, dead <-cha
 			slog.Time("not_before", due), slog.Duration("tier_delay", bound))
 		due = latest
 	}
-	wait := time.Until(due)
-	if wait <= 0 {
-		return true
-	}
-	partition := map[string][]int32{rec.Topic: {rec.Partition}}
-	s.group.Pause(partition)
-	defer s.group.Resume(partition)
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-sess.Context().Done():
-		return false
-	case <-s.ctx.Done():
-		return false
-	case <-dead:
-		return false
-	}
+	return due
 }

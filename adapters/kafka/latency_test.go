@@ -1,0 +1,382 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"runtime/metrics"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/adapters/kafka"
+	"github.com/millrace/millrace/router"
+)
+
+var (
+	latRates   = flag.String("kafka.latency.rates", "5000", "BenchmarkRetryLatency: offered records per second, comma-separated")
+	latDelays  = flag.String("kafka.latency.delays", "1s,5s", "BenchmarkRetryLatency: retry delays, comma-separated")
+	latRun     = flag.Duration("kafka.latency.run", 0, "BenchmarkRetryLatency: how long each run offers load (0: the delay plus 30 s)")
+	latRounds  = flag.Int("kafka.latency.rounds", 3, "BenchmarkRetryLatency: rounds (each one all-healthy run and one failing run)")
+	latSeries  = flag.Bool("kafka.latency.series", false, "BenchmarkRetryLatency: log each run's healthy latency per second of the run")
+	latBuffer  = flag.Int("kafka.latency.buffer", 0, "BenchmarkRetryLatency: Sarama Consumer.ChannelBufferSize (0: Sarama's default, 256)")
+	latFailPct = flag.Int("kafka.latency.failpct", 10, "BenchmarkRetryLatency: percent of records that fail once")
+)
+
+// BenchmarkRetryLatency measures what waiting retries cost the healthy records of the same
+// consumer: records are offered at a fixed rate (-kafka.latency.rates, default 5,000/s) to a
+// 3-partition topic for -kafka.latency.run (default the delay plus 30 s, so that retries come
+// due while healthy records flow), and one record in ten fails once with a fixed retry delay
+// (-kafka.latency.delays, default 1 s and 5 s). Each round runs the same load all healthy
+// (A) and with the failures (B), A then B, each on a fresh topic and group; every run starts
+// its consumer before offering load.
+//
+// It reports, per rate and delay, over the rounds (min / median / max):
+//
+//	p99_ratio            healthy-record p99 end-to-end latency (producer send to handler
+//	                     call) of B over A's in the same round, over the whole run
+//	p99_due_ratio        the same for records sent once retries were coming due (after the
+//	                     first delay of the run), the window where a waiting retry can stall
+//	                     healthy partitions
+//	retry_late_p99/max   how long after its not-before time a retry reached its handler
+//	consumed/offered     healthy records handled per second over the rate offered (B)
+//	heap_peak            the largest live heap sampled during B
+//
+// The machine's noise moves the absolute figures; the ratios compare runs seconds apart.
+//
+//	source .ci/services/kafka.sh
+//	go test ./adapters/kafka/ -run '^$' -bench BenchmarkRetryLatency -benchtime 1x -timeout 60m \
+//	    -kafka.latency.rates 5000 -kafka.latency.delays 1s,5s -kafka.latency.run 20s -kafka.latency.rounds 3
+func BenchmarkRetryLatency(b *testing.B) {
+	var rates []int
+	for _, s := range strings.Split(*latRates, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			b.Fatalf("-kafka.latency.rates: %q", s)
+		}
+		rates = append(rates, n)
+	}
+	var delays []time.Duration
+	for _, s := range strings.Split(*latDelays, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil || d <= 0 {
+			b.Fatalf("-kafka.latency.delays: %q", s)
+		}
+		delays = append(delays, d)
+	}
+	for range b.N {
+		for _, rate := range rates {
+			for _, delay := range delays {
+				b.Run(fmt.Sprintf("rate=%d/delay=%s", rate, delay), func(b *testing.B) {
+					latencyRounds(b, rate, delay)
+				})
+			}
+		}
+	}
+}
+
+// latencyRun is the outcome of one run.
+type latencyRun struct {
+	p99, p999, max  time.Duration // healthy records, whole run
+	p99Due, maxDue  time.Duration // healthy records sent after the first delay
+	lateP99, lateMx time.Duration // retries: handler call past their not-before time
+	consumedPerSec  float64       // healthy records handled per second, from first send to last healthy record
+	offeredPerSec   float64       // healthy records sent per second
+	heapPeak        uint64        // largest live heap sampled
+	retries         int
+}
+
+func latencyRounds(b *testing.B, rate int, delay time.Duration) {
+	run := *latRun
+	if run <= 0 {
+		run = delay + 30*time.Second
+	}
+	var healthy, failing []latencyRun
+	for r := range *latRounds {
+		h := latencyOnce(b, rate, delay, run, false)
+		b.Logf("round %d all healthy: %s", r, h)
+		f := latencyOnce(b, rate, delay, run, true)
+		b.Logf("round %d %d%% failing: %s", r, *latFailPct, f)
+		healthy, failing = append(healthy, h), append(failing, f)
+	}
+	var ratio, ratioDue, late, lateMax, keep, heap []float64
+	for i := range healthy {
+		ratio = append(ratio, float64(failing[i].p99)/float64(healthy[i].p99))
+		ratioDue = append(ratioDue, float64(failing[i].p99Due)/float64(healthy[i].p99Due))
+		late = append(late, failing[i].lateP99.Seconds()*1000)
+		lateMax = append(lateMax, failing[i].lateMx.Seconds()*1000)
+		keep = append(keep, failing[i].consumedPerSec/failing[i].offeredPerSec)
+		heap = append(heap, float64(failing[i].heapPeak)/(1<<20))
+	}
+	mmm := func(xs []float64) string {
+		return fmt.Sprintf("min %.2f median %.2f max %.2f", slices.Min(xs), median(xs), slices.Max(xs))
+	}
+	b.Logf("rate %d/s delay %s run %s, %d rounds: p99_ratio %s; p99_due_ratio %s; retry_late_p99_ms %s; retry_late_max_ms %s; consumed/offered %s; heap_peak_MiB %s",
+		rate, delay, run, len(healthy), mmm(ratio), mmm(ratioDue), mmm(late), mmm(lateMax), mmm(keep), mmm(heap))
+	b.ReportMetric(median(ratio), "p99_ratio")
+	b.ReportMetric(median(ratioDue), "p99_due_ratio")
+	b.ReportMetric(median(late), "retry_late_p99_ms")
+	b.ReportMetric(median(keep), "consumed/offered")
+}
+
+func (r latencyRun) String() string {
+	return fmt.Sprintf("healthy p99 %s p99.9 %s max %s; sent after the first delay: p99 %s max %s; retries %d late p99 %s max %s; healthy consumed %.0f/s of %.0f/s offered; heap peak %.1f MiB",
+		r.p99.Round(100*time.Microsecond), r.p999.Round(100*time.Microsecond), r.max.Round(100*time.Microsecond),
+		r.p99Due.Round(100*time.Microsecond), r.maxDue.Round(100*time.Microsecond),
+		r.retries, r.lateP99.Round(time.Millisecond), r.lateMx.Round(time.Millisecond),
+		r.consumedPerSec, r.offeredPerSec, float64(r.heapPeak)/(1<<20))
+}
+
+// latSample is one healthy record's latency and when it was sent.
+type latSample struct {
+	sent    int64 // unix nanos
+	latency time.Duration
+}
+
+// latencyOnce runs one rate for run: a consumer (a millrace router, transactional, defaults)
+// started first, then records offered at rate for run, and waits for every healthy record and
+// every retry.
+func latencyOnce(b *testing.B, rate int, delay, run time.Duration, failing bool) latencyRun {
+	a := newAdapter(b, "", func(c *kafka.Config) {
+		c.Partitions = benchPartitions
+		c.Logger = slog.New(slog.DiscardHandler)
+		if *latBuffer > 0 {
+			sc := sarama.NewConfig()
+			sc.Version = sarama.V2_8_0_0
+			sc.ChannelBufferSize = *latBuffer
+			c.Sarama = sc
+		}
+	})
+	defer a.Close()
+	policy := millrace.RetryPolicy{MaxAttempts: 2, Backoff: millrace.Fixed(delay)}
+	topic := uniqueName("latency")
+	if err := a.Provision(ctxT(b, 30*time.Second), topic, policy); err != nil {
+		b.Fatal(err)
+	}
+	failEvery := 0
+	if failing && *latFailPct > 0 {
+		failEvery = 100 / *latFailPct
+	}
+
+	var (
+		mu       sync.Mutex
+		samples  = make([]latSample, 0, int(float64(rate)*run.Seconds())+16)
+		lates    []time.Duration
+		healthyN atomic.Int64
+		retryN   atomic.Int64
+		lastAt   atomic.Int64
+	)
+	r, err := router.New(router.Config{Adapter: a, Policy: policy, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	warm := make(chan struct{}, 16)
+	r.Handle("latency", topic, func(_ context.Context, msg *message.Message, at millrace.Attempt) error {
+		now := time.Now()
+		if msg.Metadata.Get("warmup") != "" {
+			warm <- struct{}{}
+			return nil
+		}
+		i, _ := strconv.Atoi(msg.Metadata.Get("i"))
+		if failEvery > 0 && i%failEvery == 0 {
+			if at.Number == 1 {
+				return errors.New("transient")
+			}
+			late := now.Sub(millrace.NotBeforeFromHeaders(msg.Metadata))
+			mu.Lock()
+			lates = append(lates, late)
+			mu.Unlock()
+			retryN.Add(1)
+			return nil
+		}
+		sent, _ := strconv.ParseInt(msg.Metadata.Get("t"), 10, 64)
+		mu.Lock()
+		samples = append(samples, latSample{sent: sent, latency: now.Sub(time.Unix(0, sent))})
+		mu.Unlock()
+		healthyN.Add(1)
+		lastAt.Store(now.UnixNano())
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); _ = r.Close(); <-done }()
+	select {
+	case <-r.Running():
+	case err := <-done:
+		b.Fatalf("router stopped: %v", err)
+	}
+
+	// The load: records keyed by their index (spread over the partitions), sent through an
+	// async producer paced every 2 ms.
+	pc := sarama.NewConfig()
+	pc.Version = sarama.V2_8_0_0
+	pc.Producer.RequiredAcks = sarama.WaitForLocal
+	pc.Producer.Return.Errors = true
+	pc.Producer.Flush.Frequency = time.Millisecond
+	pc.Producer.Partitioner = func(topic string) sarama.Partitioner {
+		return warmupPartitioner{hash: sarama.NewHashPartitioner(topic), manual: sarama.NewManualPartitioner(topic)}
+	}
+	prod, err := sarama.NewAsyncProducer(brokers(b), pc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var prodErr atomic.Value
+	go func() {
+		for e := range prod.Errors() {
+			prodErr.Store(e.Err)
+		}
+	}()
+	// A warm-up record per partition, handled before the load starts: the group has joined
+	// and every claim runs.
+	for p := range benchPartitions {
+		prod.Input() <- &sarama.ProducerMessage{Topic: topic, Partition: int32(p), Value: sarama.StringEncoder("{}"),
+			Headers: []sarama.RecordHeader{{Key: []byte("warmup"), Value: []byte("1")}}}
+	}
+	for range benchPartitions {
+		select {
+		case <-warm:
+		case <-time.After(time.Minute):
+			b.Fatal("warm-up records not handled within a minute")
+		}
+	}
+	heapStop := make(chan struct{})
+	heapDone := make(chan uint64)
+	go func() { heapDone <- sampleHeap(heapStop) }()
+
+	start := time.Now()
+	tick := time.NewTicker(2 * time.Millisecond)
+	sent := 0
+	for now := range tick.C {
+		elapsed := now.Sub(start)
+		if elapsed >= run {
+			break
+		}
+		for want := int(elapsed.Seconds() * float64(rate)); sent < want; sent++ {
+			k := strconv.Itoa(sent)
+			prod.Input() <- &sarama.ProducerMessage{
+				Topic: topic, Key: sarama.StringEncoder(k), Value: sarama.StringEncoder(`{"n":` + k + `}`),
+				Headers: []sarama.RecordHeader{
+					{Key: []byte("i"), Value: []byte(k)},
+					{Key: []byte("t"), Value: strconv.AppendInt(nil, time.Now().UnixNano(), 10)},
+				},
+			}
+		}
+	}
+	tick.Stop()
+	sendEnd := time.Now()
+	_ = prod.Close()
+	if err, _ := prodErr.Load().(error); err != nil {
+		b.Fatalf("producing: %v", err)
+	}
+	wantHealthy, wantRetries := int64(sent), int64(0)
+	if failEvery > 0 {
+		wantRetries = int64((sent + failEvery - 1) / failEvery)
+		wantHealthy -= wantRetries
+	}
+	deadline := time.Now().Add(delay + 2*time.Minute)
+	for healthyN.Load() < wantHealthy || retryN.Load() < wantRetries {
+		if time.Now().After(deadline) {
+			b.Fatalf("after %s: %d of %d healthy records, %d of %d retries", time.Since(sendEnd).Round(time.Second),
+				healthyN.Load(), wantHealthy, retryN.Load(), wantRetries)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(heapStop)
+	out := latencyRun{heapPeak: <-heapDone, retries: int(wantRetries)}
+	out.offeredPerSec = float64(wantHealthy) / sendEnd.Sub(start).Seconds()
+	out.consumedPerSec = float64(wantHealthy) / time.Duration(lastAt.Load()-start.UnixNano()).Seconds()
+
+	mu.Lock()
+	defer mu.Unlock()
+	lats := make([]time.Duration, len(samples))
+	var due []time.Duration
+	dueFrom := start.Add(delay).UnixNano()
+	for i, s := range samples {
+		lats[i] = s.latency
+		if s.sent >= dueFrom {
+			due = append(due, s.latency)
+		}
+	}
+	out.p99, out.p999, out.max = quantile(lats, 0.99), quantile(lats, 0.999), slices.Max(lats)
+	if len(due) > 0 {
+		out.p99Due, out.maxDue = quantile(due, 0.99), slices.Max(due)
+	}
+	if len(lates) > 0 {
+		out.lateP99, out.lateMx = quantile(lates, 0.99), slices.Max(lates)
+	}
+	if *latSeries {
+		logSeries(b, start, samples)
+	}
+	return out
+}
+
+// quantile returns the q quantile of xs (sorting xs).
+func quantile(xs []time.Duration, q float64) time.Duration {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	return xs[min(len(xs)-1, int(q*float64(len(xs))))]
+}
+
+// logSeries logs the healthy records' p99 and max latency by the second they were sent in.
+func logSeries(b *testing.B, start time.Time, samples []latSample) {
+	bySec := map[int][]time.Duration{}
+	last := 0
+	for _, s := range samples {
+		sec := int(time.Duration(s.sent - start.UnixNano()).Seconds())
+		bySec[sec] = append(bySec[sec], s.latency)
+		last = max(last, sec)
+	}
+	var sb strings.Builder
+	for sec := 0; sec <= last; sec++ {
+		l := bySec[sec]
+		if len(l) == 0 {
+			continue
+		}
+		fmt.Fprintf(&sb, " %ds:%s/%s", sec, quantile(l, 0.99).Round(time.Millisecond), slices.Max(l).Round(time.Millisecond))
+	}
+	b.Logf("p99/max by second sent:%s", sb.String())
+}
+
+// sampleHeap returns the largest live heap (bytes in heap objects) seen every 250 ms until stop
+// closes.
+func sampleHeap(stop <-chan struct{}) uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	var peak uint64
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		metrics.Read(s)
+		peak = max(peak, s[0].Value.Uint64())
+		select {
+		case <-stop:
+			return peak
+		case <-t.C:
+		}
+	}
+}
+
+// warmupPartitioner places keyless records (the warm-up) on the partition they name and hashes
+// the others' keys.
+type warmupPartitioner struct{ hash, manual sarama.Partitioner }
+
+func (p warmupPartitioner) Partition(m *sarama.ProducerMessage, n int32) (int32, error) {
+	if m.Key == nil {
+		return p.manual.Partition(m, n)
+	}
+	return p.hash.Partition(m, n)
+}
+
+func (p warmupPartitioner) RequiresConsistency() bool { return true }
