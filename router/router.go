@@ -25,6 +25,9 @@ type Router struct {
 	cfg  Config // base with defaults
 	wm   *message.Router
 
+	stopping  chan struct{} // closed at the start of Close: breakers hand their waiting messages back
+	closeOnce sync.Once
+
 	mu       sync.Mutex
 	handlers map[string]*registered
 	order    []*registered
@@ -52,7 +55,7 @@ func New(cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("millrace router: %w", err)
 	}
-	r := &Router{base: cfg, cfg: full, wm: wm, handlers: map[string]*registered{}, fallback: fallback}
+	r := &Router{base: cfg, cfg: full, wm: wm, handlers: map[string]*registered{}, fallback: fallback, stopping: make(chan struct{})}
 	// One router-level middleware, added first so that it is the outermost as before: it puts
 	// each handler behind the stack of that handler's own settings. A router-level middleware
 	// is applied once per handler without its name, which the first message's context gives.
@@ -80,7 +83,7 @@ func (r *Router) HandleMessage(name, topic string, h message.NoPublishHandlerFun
 func (r *Router) register(name, topic string, opts []HandlerOption) {
 	cfg := handlerConfig(r.base, opts)
 	reg := &registered{name: name, topic: topic}
-	reg.stack, reg.err = handlerStack(cfg, name, topic)
+	reg.stack, reg.err = handlerStack(cfg, name, topic, r.stopping)
 	if reg.err != nil {
 		reg.err = fmt.Errorf("millrace router: handler %q: %w", name, reg.err)
 	}
@@ -184,7 +187,11 @@ func (r *Router) Run(ctx context.Context) error {
 func (r *Router) Running() chan struct{} { return r.wm.Running() }
 
 // Close stops the handlers, waiting up to Config.CloseTimeout. It does not close the adapter.
-func (r *Router) Close() error { return r.wm.Close() }
+// Messages an outage breaker holds are handed back at once (nacked, never handled).
+func (r *Router) Close() error {
+	r.closeOnce.Do(func() { close(r.stopping) })
+	return r.wm.Close()
+}
 
 // Watermill returns the underlying Watermill router, for plugins and decorators.
 func (r *Router) Watermill() *message.Router { return r.wm }

@@ -16,11 +16,12 @@ import (
 // With Config.Idempotency set, the guard is made with an empty handler name and topic; a
 // Router makes one per handler instead.
 func Stack(cfg Config) ([]message.HandlerMiddleware, error) {
-	return handlerStack(cfg, "", "")
+	return handlerStack(cfg, "", "", nil)
 }
 
-// handlerStack is the stack of the handler name on topic whose settings are cfg.
-func handlerStack(cfg Config, name, topic string) ([]message.HandlerMiddleware, error) {
+// handlerStack is the stack of the handler name on topic whose settings are cfg; stop, when
+// not nil, is closed when the router closes (the breaker's Stop, unless the caller set one).
+func handlerStack(cfg Config, name, topic string, stop <-chan struct{}) ([]message.HandlerMiddleware, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -50,7 +51,11 @@ func handlerStack(cfg Config, name, topic string) ([]message.HandlerMiddleware, 
 		}),
 	)
 	if cfg.Breaker != nil {
-		stack = append(stack, middleware.Breaker(breakerConfig(cfg)))
+		bc := breakerConfig(cfg)
+		if bc.Stop == nil {
+			bc.Stop = stop
+		}
+		stack = append(stack, middleware.Breaker(bc))
 	}
 	if tel != nil {
 		stack = append(stack, tel.Inner())
