@@ -3,14 +3,16 @@
 // OpenTelemetry SDK, serves the metrics in the Prometheus format through the OpenTelemetry
 // Prometheus exporter on a loopback port (127.0.0.1, a port the kernel picks), drives a mix of
 // outcomes (successes, retries that succeed, messages retried until they are dead-lettered, a
-// malformed message, a discard, a panic, a handler past its budget, and one failed retry write
-// and one failed dead-letter write), prints the trace of a retried and of a dead-lettered
-// message, then scrapes its own /metrics over HTTP and prints the millrace_* families.
+// malformed message, a discard, a panic, a handler past its budget, one failed retry write and
+// one failed dead-letter write, and a duplicate that its idempotency claim finds done), prints
+// the trace of a retried and of a dead-lettered message, then scrapes its own /metrics over
+// HTTP and prints the millrace_* families.
 //
 //	go run ./examples/observability
 //
 // Beside it: grafana-dashboard.json (a Grafana dashboard over these metrics) and alerts.yml
-// (Prometheus alert rules); main_test.go checks that every metric they use is in this scrape.
+// (Prometheus alert rules); main_test.go checks the scrape against the workload and that every
+// metric and label they use is in it.
 package main
 
 import (
