@@ -136,6 +136,9 @@ func poisonReason(err error) (deadletter.Reason, error, int) {
 // attempt number (a delivery past MaxAttempts records the attempts the handler was given).
 func record(msg *message.Message, reason deadletter.Reason, cause error, attempts int, broker string, at time.Time) deadletter.Record {
 	a := millrace.AttemptFrom(msg)
+	// A delivery past MaxAttempts never reached the handler: its error is millrace's own text,
+	// whose Go types would say nothing about the failure.
+	called := a.MaxAttempts <= 0 || a.Number <= a.MaxAttempts
 	if attempts > 0 {
 		a.Number = attempts
 	}
@@ -150,7 +153,7 @@ func record(msg *message.Message, reason deadletter.Reason, cause error, attempt
 	if first.IsZero() || a.Number <= 1 {
 		first = at
 	}
-	return deadletter.Record{
+	rec := deadletter.Record{
 		UUID:           msg.UUID,
 		Payload:        msg.Payload,
 		Metadata:       msg.Metadata,
@@ -164,9 +167,11 @@ func record(msg *message.Message, reason deadletter.Reason, cause error, attempt
 		Handler:        message.HandlerNameFromCtx(msg.Context()),
 		FirstFailureAt: first,
 		LastFailureAt:  at,
-		ErrorTypes:     deadletter.ErrorTypes(cause),
-		PanicStack:     panicStack(cause),
 	}
+	if called {
+		rec.ErrorTypes, rec.PanicStack = deadletter.ErrorTypes(cause), panicStack(cause)
+	}
+	return rec
 }
 
 // panicStack returns the stack of the recovered panic in cause's chain, from the panic on

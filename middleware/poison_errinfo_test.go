@@ -109,3 +109,15 @@ func TestMalformedRecordsErrorTypes(t *testing.T) {
 		t.Fatalf("dead letters %+v, want error types %q", r.deadLetter, want)
 	}
 }
+
+// A delivery past MaxAttempts is dead-lettered without a handler call: its error is millrace's
+// own text, so the record names no error types (nil: unknown) and carries no stack.
+func TestOverLimitArrivalRecordsNoErrorTypes(t *testing.T) {
+	r := &recorder{number: 9, lastError: "panic: earlier"}
+	if _, err := chain(r, policy, panicsHere)(msgWithCtx()); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.deadLetter) != 1 || r.deadLetter[0].ErrorTypes != nil || r.deadLetter[0].PanicStack != "" {
+		t.Fatalf("dead letters %+v: want one without error types or stack", r.deadLetter)
+	}
+}
