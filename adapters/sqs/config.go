@@ -58,6 +58,21 @@ const (
 	// dead-letter send and delete must still happen while the message is invisible. One second
 	// covers calls to a nearby endpoint; leave more (a few seconds) against AWS.
 	MinVisibilityMargin = time.Second
+	// MaxReceiveBatch is the most messages one ReceiveMessage, DeleteMessageBatch or
+	// ChangeMessageVisibilityBatch call carries (SQS's limit).
+	MaxReceiveBatch = 10
+)
+
+// Defaults and limits of Config.Window and Config.Pollers.
+const (
+	// DefaultWindow is Config.Window's default: up to 32 messages of one subscription in flight.
+	DefaultWindow = 32
+	// MaxWindow is the largest Config.Window.
+	MaxWindow = 1024
+	// DefaultPollers is Config.Pollers' default.
+	DefaultPollers = 2
+	// MaxPollers is the largest Config.Pollers.
+	MaxPollers = 64
 )
 
 // Config configures the SQS adapter. Zero fields take the defaults shown; ProcessingBudget is
@@ -104,6 +119,18 @@ type Config struct {
 	// WaitTime is the long-polling wait of each receive. Whole seconds, at most 20 s. Default 20 s.
 	// A negative value means 0 (short polling).
 	WaitTime time.Duration
+	// Window is how many messages one subscription holds at most: received and not yet settled
+	// on SQS (handed to the consumer, or waiting for the delete after an ack). Their handlers run
+	// in parallel. A poller reserves room in the Window before it receives, and asks for no
+	// more messages than it reserved (at most MaxReceiveBatch, 10), so a received message never
+	// waits for room. Default DefaultWindow (32); 1 to MaxWindow (1024), and at least Pollers.
+	// It bounds what a crash repeats (see "Crashes" in the package documentation): 1 gives the
+	// one-message-at-a-time behaviour of earlier versions.
+	Window int
+	// Pollers is how many ReceiveMessage calls one subscription keeps in flight. Default
+	// DefaultPollers (2); 1 to MaxPollers (64), and at most Window (each poller needs room for
+	// one message of the Window to receive).
+	Pollers int
 	// CallTimeout is the longest one HTTP request to SQS may take, a ReceiveMessage WaitTime
 	// longer. Default DefaultCallTimeout (10 s); negative is refused. aws-sdk-go-v2's HTTP
 	// client has no request timeout, so without one a request on a connection that went silent
@@ -138,6 +165,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.CallTimeout == 0 {
 		c.CallTimeout = DefaultCallTimeout
+	}
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.Pollers == 0 {
+		c.Pollers = DefaultPollers
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -178,6 +211,15 @@ func (c Config) Validate() error {
 	case c.WaitTime > MaxWaitTime || c.WaitTime%time.Second != 0:
 		return &millrace.ConfigError{Field: field("WaitTime"), Value: c.WaitTime.String(),
 			Rule: "must be whole seconds, at most 20s (SQS long-polling limit)"}
+	case c.Window < 1 || c.Window > MaxWindow:
+		return &millrace.ConfigError{Field: field("Window"), Value: fmt.Sprint(c.Window),
+			Rule: fmt.Sprintf("must be between 1 and %d (MaxWindow); 0 means %d", MaxWindow, DefaultWindow)}
+	case c.Pollers < 1 || c.Pollers > MaxPollers:
+		return &millrace.ConfigError{Field: field("Pollers"), Value: fmt.Sprint(c.Pollers),
+			Rule: fmt.Sprintf("must be between 1 and %d (MaxPollers); 0 means %d", MaxPollers, DefaultPollers)}
+	case c.Pollers > c.Window:
+		return &millrace.ConfigError{Field: field("Pollers"), Value: fmt.Sprint(c.Pollers),
+			Rule: fmt.Sprintf("must be at most sqs.Config.Window (%d): each poller needs room for one message of the Window to receive", c.Window)}
 	}
 	return nil
 }

@@ -39,6 +39,14 @@ func TestConfigValidate(t *testing.T) {
 		{"unknown give-up", func(c *sqs.Config) { c.GiveUp = 7 }, "GiveUp"},
 		{"negative call timeout", func(c *sqs.Config) { c.CallTimeout = -time.Second }, "CallTimeout"},
 		{"short call timeout", func(c *sqs.Config) { c.CallTimeout = 100 * time.Millisecond }, ""},
+		{"negative window", func(c *sqs.Config) { c.Window = -1 }, "Window"},
+		{"window above MaxWindow", func(c *sqs.Config) { c.Window = sqs.MaxWindow + 1 }, "Window"},
+		{"window 1", func(c *sqs.Config) { c.Window = 1; c.Pollers = 1 }, ""},
+		{"window 1 with the default pollers", func(c *sqs.Config) { c.Window = 1 }, "Pollers"},
+		{"negative pollers", func(c *sqs.Config) { c.Pollers = -1 }, "Pollers"},
+		{"pollers above MaxPollers", func(c *sqs.Config) { c.Window = sqs.MaxWindow; c.Pollers = sqs.MaxPollers + 1 }, "Pollers"},
+		{"pollers above window", func(c *sqs.Config) { c.Window = 4; c.Pollers = 5 }, "Pollers"},
+		{"pollers equal window", func(c *sqs.Config) { c.Window = 4; c.Pollers = 4 }, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

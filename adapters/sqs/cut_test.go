@@ -20,6 +20,8 @@ const (
 	cutCallTimeout = 3 * time.Second
 	cutVisibility  = 5 * time.Second
 	cutBudget      = 2 * time.Second
+	cutWindow      = 4
+	cutPollers     = 2
 )
 
 // cutTarget puts the adapter's SQS endpoint (every call: receives, deletes, visibility changes,
@@ -87,6 +89,8 @@ func (cutTarget) config(logger *slog.Logger) sqs.Config {
 		ProcessingBudget:  cutBudget,
 		WaitTime:          cutWaitTime,
 		CallTimeout:       cutCallTimeout,
+		Window:            cutWindow,
+		Pollers:           cutPollers,
 		CreateQueues:      true,
 		Logger:            logger,
 	}
@@ -100,11 +104,15 @@ func sqsCutBound(cfg sqs.Config, subscriptions int) cutbattery.Bound {
 		pause      = time.Second     // the subscription's pause after a failed receive
 		backlog    = 2 * time.Second // the messages published meanwhile are handled before the probe
 	)
+	// A poller receives again once its receive failed (WaitTime + CallTimeout, the SDK's wait,
+	// the pause), and once the Window has room: a slot held by a delete or a retry write caught
+	// in the cut frees when that call ends, within 2 x CallTimeout (the subscriber's own calls).
+	resume := max(cfg.WaitTime+cfg.CallTimeout+sdkBackoff+pause, 2*cfg.CallTimeout)
 	return cutbattery.Bound{
-		Resume:             cfg.WaitTime + cfg.CallTimeout + sdkBackoff + pause + backlog,
+		Resume:             resume + backlog,
 		Settle:             cfg.VisibilityTimeout + cfg.CallTimeout + sdkBackoff,
-		DuplicatesPerCut:   2 * subscriptions,
-		AttemptsLostPerCut: subscriptions,
+		DuplicatesPerCut:   2 * cfg.Window * subscriptions,
+		AttemptsLostPerCut: cfg.Window * subscriptions,
 	}
 }
 

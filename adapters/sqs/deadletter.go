@@ -35,12 +35,8 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 	}
 	if a.cfg.GiveUp == GiveUpRedrive && rec.Reason == deadletter.Exhausted {
 		if d, ok := deliveryFrom(msg.Context()); ok && a.redriveWillMove(rec.OriginalTopic, d.receiveCount) {
-			_, err := a.client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
-				QueueUrl:          aws.String(d.queueURL),
-				ReceiptHandle:     aws.String(d.receipt),
-				VisibilityTimeout: 0,
-			})
-			if err != nil {
+			d.waitExtension()
+			if err := a.changeVisibility(ctx, d, 0); err != nil {
 				return fmt.Errorf("millrace sqs: hand message %s to the RedrivePolicy: %w", d.messageID, err)
 			}
 			d.leftToRedrive.Store(true)

@@ -21,6 +21,17 @@ type delivery struct {
 	// String, so a dead letter keeps it (see encode).
 	types map[string]string
 
+	// sub is the subscription that received the message: its batchers carry the message's
+	// delete and visibility changes.
+	sub *subscription
+	// extended, when not nil, is closed once the visibility extension of a message handed out
+	// late (see subscription.handOff) is done; the message's own visibility changes wait for it,
+	// so the extension never overrides a retry delay.
+	extended chan struct{}
+	// hiddenUntil is when SQS makes the message visible again (unix nanoseconds) unless a retry
+	// or a give-back changes it: VisibilityTimeout after the receive or after the extension.
+	hiddenUntil atomic.Int64
+
 	// leftToRedrive is set by DeadLetter under GiveUpRedrive: the handler's success must then
 	// not delete the message, so that SQS's RedrivePolicy moves it on the next receive.
 	leftToRedrive atomic.Bool
@@ -35,4 +46,16 @@ func withDelivery(ctx context.Context, d *delivery) context.Context {
 func deliveryFrom(ctx context.Context) (*delivery, bool) {
 	d, ok := ctx.Value(deliveryKey{}).(*delivery)
 	return d, ok && d != nil
+}
+
+// waitExtension waits for the visibility extension of the message, if one runs.
+func (d *delivery) waitExtension() {
+	if d.extended != nil {
+		<-d.extended
+	}
+}
+
+// hiddenAt is when the message's current invisibility began: hiddenUntil - vt.
+func (d *delivery) hiddenAt(vt time.Duration) time.Time {
+	return time.Unix(0, d.hiddenUntil.Load()).Add(-vt)
 }

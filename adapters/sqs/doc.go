@@ -9,8 +9,9 @@
 //	topic                     queue QueueName(topic): "push.requested" -> "push-requested"
 //	Attempt.Number            ApproximateReceiveCount (first receive = 1), Source native;
 //	                          FirstAttemptAt = ApproximateFirstReceiveTimestamp
-//	SUCCESS, DISCARD          ack: DeleteMessage
-//	RETRY below MaxAttempts   ChangeMessageVisibility(delay, whole seconds rounded up), then
+//	SUCCESS, DISCARD          ack: DeleteMessageBatch, with the acks of the same 2 ms (up to 10)
+//	RETRY below MaxAttempts   ChangeMessageVisibilityBatch(delay, whole seconds rounded up;
+//	                          with the retries of the same 2 ms, up to 10), then
 //	                          NackOriginal: the message is not deleted and SQS delivers the same
 //	                          message again when the delay ends, its receive count one higher
 //	give-up (exhausted,       GiveUpSend (default): SendMessage to the dead-letter queue
@@ -126,8 +127,9 @@
 //
 // # Semantics worth knowing
 //
-//   - Each subscription receives one message at a time (MaxNumberOfMessages 1), so the others
-//     stay available to other consumers; scale with more subscriptions or instances.
+//   - Each subscription runs Config.Pollers receive loops (default 2) and holds at most
+//     Config.Window messages (default 32) received and not yet settled; their handlers run in
+//     parallel. See Batching and concurrency.
 //   - SQS standard queues deliver at least once and may deliver a message twice; use the
 //     idempotency package for side effects.
 //   - If the delete after a successful dead-letter send fails, the message is delivered again
@@ -145,31 +147,76 @@
 //     given back, visible again at once (ChangeMessageVisibility 0), but SQS has counted the
 //     receive, as no API takes one back: its next delivery is one attempt higher, as after a
 //     crash, and with MaxAttempts 1 it is dead-lettered as exhausted.
-//   - Close therefore takes up to Config.WaitTime (the poll in flight; plus CallTimeout if the
-//     endpoint does not answer) plus the handling of that one message per subscription: its
-//     hand-off, its handler and the call relaying its verdict; the wait for a verdict ends at
-//     the latest when the message's visibility timeout does (SQS hands it out again then). A
-//     lower WaitTime makes Close shorter, at the cost of more receive calls.
+//   - Close therefore takes up to Config.WaitTime (the polls in flight; plus CallTimeout if the
+//     endpoint does not answer) plus the handling of the messages a subscription holds (at
+//     most Window, handled in parallel): their hand-off (HandOffWait at most), their handlers
+//     and the calls relaying their verdicts; the wait for a verdict ends at the latest when
+//     the message's visibility timeout does (SQS hands it out again then). A lower WaitTime
+//     makes Close shorter, at the cost of more receive calls.
 //   - Receive counts are approximate in SQS; fauxqs, LocalStack and ElasticMQ count exactly.
+//
+// # Batching and concurrency
+//
+// A subscription runs Config.Pollers receive loops over a Window of Config.Window slots, one
+// per message received and not yet settled on SQS (handed out and waiting for its verdict, or
+// for the delete after its ack, or for its give-back). A poller first reserves slots, at least
+// one (waiting for it) and as many more as are free up to 10, and asks ReceiveMessage for
+// exactly that many, so a received message never waits for room: it is handed to the
+// consumer at once, in receive order. Watermill's router runs a handler per message it takes,
+// so the handlers of a subscription run in parallel, up to Window of them.
+//
+// Acks are deleted with DeleteMessageBatch: the acks that arrive within 2 ms of a batch's first
+// one go in one call, a batch of 10 at once. Retries (ScheduleRetry), the redrive hand-over
+// and give-backs change visibility the same way with ChangeMessageVisibilityBatch. Each entry
+// has its own result: a retry whose entry failed, or whose call failed or was not answered in
+// time, returns an error and the router never acks the original (it comes back after its
+// visibility timeout, one attempt higher); a delete whose entry failed is logged and the
+// message is delivered again after its visibility timeout (a message SQS no longer holds
+// counts as deleted). An entry SQS reports neither as successful nor as failed counts as
+// failed. A slot is freed only once SQS answered for its message, so the Window also bounds
+// what a crash or a cut can repeat (below).
+//
+// Visibility extension. A handler never outlives its message's visibility timeout: the router
+// cuts it at its Budget, which it refuses above MaxBudget (ProcessingBudget), and Validate
+// keeps ProcessingBudget at least MinVisibilityMargin below VisibilityTimeout; the timeout runs
+// from the receive, and with the Window reserved before the receive the router takes the
+// message within microseconds. So a handler that runs long needs no extension: it runs out of
+// budget first. What does need one is a message taken late, by a consumer that reads the
+// channel one message at a time (the later messages of a batch wait for it): a message waiting
+// for its hand-off is hidden again for VisibilityTimeout each time half of it has passed, and a
+// message taken more than 250 ms after its receive (or its last such change) is hidden again
+// for VisibilityTimeout from its hand-off (ChangeMessageVisibilityBatch, in the background; the
+// message's own retry or redrive change waits for it, so it never overrides a retry delay). If
+// such a call fails a warning is logged, and SQS may hand the message out again while it waits
+// or is handled. So a consumer that stops reading keeps the messages its subscription received
+// (at most Window) hidden until it reads again or the subscription ends (they are then given
+// back), within SQS's 12 h from the receive, as a prefetch buffer would; a process that dies
+// holds them only until their visibility timeout ends.
+//
+// FIFO queues are not supported (see QueueName), so no message group order is kept: the
+// messages of one subscription are handled in parallel in no particular order, as a standard
+// queue delivers them.
 //
 // # Crashes
 //
 // What holds when a consumer process dies without closing (SIGKILL, out of memory, a lost
 // machine) and another takes over, with GiveUpSend; the kill battery (conformance/killbattery,
-// TestKillBattery) checks it with 20 SIGKILLs on a mixed workload:
+// TestKillBattery) checks it with 20 SIGKILLs on a mixed workload, one subscription with
+// Pollers 2 and Window 8 (bound: 8 repeated calls and 8 extra dead letters per kill):
 //
 //   - Nothing is lost. A message is deleted only after its handler succeeded (or discarded it)
 //     or after SQS confirmed its dead-letter send; a dead consumer's message stays in the queue
 //     and is delivered again when its visibility timeout ends: VisibilityTimeout after the
 //     receive, or the retry delay if ScheduleRetry had already set it. A shorter
 //     VisibilityTimeout brings it back sooner.
-//   - A crash repeats at most one handler call per subscription the process ran: a subscription
-//     holds one message at a time (MaxNumberOfMessages 1, and it receives again only once the
-//     previous message is deleted or left to its timeout). The repeated call is the one the
-//     crash interrupted, or one that had returned but whose delete, after a success or a
-//     dead-letter send, had not reached SQS.
-//   - A crash causes at most one extra dead letter per subscription: the dead-letter send and
-//     the delete of the original are two calls on two queues, with no transaction between
+//   - A crash repeats at most Config.Window handler calls per subscription the process ran: a
+//     subscription holds at most Window messages received and not settled (a slot is freed
+//     only once SQS confirmed the delete, the retry's visibility change, or the give-back).
+//     The repeated calls are the ones the crash interrupted, or ones that had returned but
+//     whose delete, after a success or a dead-letter send, had not reached SQS. Window 1 brings
+//     back the one-call bound of a subscription that handles one message at a time.
+//   - A crash causes at most Window extra dead letters per subscription: the dead-letter send
+//     and the delete of the original are two calls on two queues, with no transaction between
 //     them, so a crash between them brings the original back and it is dead-lettered again (as
 //     exhausted, without calling the handler, once it is past MaxAttempts; a malformed message
 //     is handled again and dead-lettered again as malformed).
@@ -193,7 +240,8 @@
 // TestCutBattery with one and with four subscriptions) measures it: six cuts per run, resets
 // of 2 s and black holes of 4 s (connections that go silent and stay so: a firewall or NAT that
 // dropped the connection state), landing on dead-letter sends, retry visibility changes and
-// deletes. The battery runs WaitTime 2 s, CallTimeout 3 s, VisibilityTimeout 5 s.
+// deletes. The battery runs WaitTime 2 s, CallTimeout 3 s, VisibilityTimeout 5 s, Pollers 2 and
+// Window 4 per subscription.
 //
 //   - aws-sdk-go-v2's default HTTP client has no request timeout: only a 30 s dial timeout
 //     and 30 s TCP keep-alives, which a middlebox still holding the connection answers. A
@@ -209,22 +257,40 @@
 //     WaitTime + CallTimeout; after a failed one the subscription pauses 1 s and polls again.
 //   - Bound: a subscription receives again within WaitTime + CallTimeout + 4 s (the SDK's
 //     longest retry wait) + 1 s (the pause) + 2 s (the backlog built up meanwhile) after the
-//     network is back: 37 s with the defaults, 12 s in the battery. Measured in 5 runs: at most
-//     6.2 s (one subscription, a black hole on a dead-letter send, then the backlog).
+//     network is back: 37 s with the defaults, 12 s in the battery. A poller also needs a free
+//     slot of the Window: a slot held by a delete or visibility change caught in the cut is
+//     freed when that call ends, within 2 x CallTimeout (the subscriber's own calls), which is
+//     shorter with the defaults and in the battery; the bound is the larger of the two.
+//     Measured in 4 runs (two with one subscription, two with four): at most 9.2 s (one
+//     subscription, a reset on a retry write; the other runs' maxima 7.0, 3.9 and 2.8 s; with
+//     one message per subscription at a time, before Window, 6.2 s in 5 runs).
 //   - Nothing is lost, and nothing is deleted without its write: the router acks only after
 //     SQS confirmed the retry visibility change or the dead-letter send, and a message whose
 //     write or delete failed stays in the queue, visible again when its visibility timeout
 //     ends (VisibilityTimeout after its receive). The battery waits VisibilityTimeout +
 //     CallTimeout + 4 s after the last cut for those to come back.
-//   - Duplicates: at most 2 per subscription per cut. A subscription holds one message at a
-//     time, and only the request in flight when the cut comes can take effect with its answer
-//     lost: a delete (the message is handled again after its visibility timeout), or a
-//     dead-letter send (the SDK's retry, or the message's return, writes a second dead letter;
-//     a malformed message is also handled again). Measured: at most 2 per run.
-//   - Attempts lost: a receive counts on SQS when SQS hands the message out, so a receive
-//     whose answer a cut loses uses an attempt no handler sees, and the message returns one
-//     attempt higher after its visibility timeout, as after a crash (see Crashes): at most one
-//     per subscription per cut. Measured: at most 3 per run (with four subscriptions).
+//   - Duplicates: at most 2 x Window per subscription per cut. A subscription holds at most
+//     Window messages, and for each only the request in flight when the cut comes can take
+//     effect with its answer lost: its delete (the message is handled again after its
+//     visibility timeout), or its dead-letter send (the SDK's retry, or the message's return,
+//     writes a second dead letter; a malformed message is also handled again). Measured in
+//     the same 4 runs: 6 and 9 per run with one subscription (bound 8 per cut), 21 and 23 with
+//     four (bound 32 per cut).
+//   - Attempts lost: a receive counts on SQS when SQS hands the messages out, so a receive
+//     whose answer a cut loses uses an attempt no handler sees for each message it got, and
+//     they return one attempt higher after their visibility timeout, as after a crash (see
+//     Crashes): the receives in flight ask for no more messages than their reserved slots, so
+//     at most Window per subscription per cut. Measured: 0 and 1 per run with one
+//     subscription, 5 and 16 with four.
+//
+// # Benchmarks
+//
+// BenchmarkConsumeAnchors compares, in interleaved rounds on the same endpoint, the millrace
+// router on this adapter (defaults, and Pollers 8 with Window 128) with a raw SDK loop
+// (ReceiveMessage of 10 and DeleteMessageBatch, 1 and 8 pollers) and watermill-aws's
+// subscriber behind a Watermill router, and logs min / median / max of each ratio:
+//
+//	source .ci/services/sqs.sh && go test ./adapters/sqs -run '^$' -bench ConsumeAnchors -benchtime 5000x -count 1
 //
 // # Testing
 //

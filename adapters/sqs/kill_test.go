@@ -26,8 +26,14 @@ import (
 // ProcessingBudget). The timeout is far above the longest handler call (20 ms) plus the
 // dead-letter send and the delete, so that a stalled machine never has a live consumer's
 // message received a second time: the battery would count that as a repeat no kill explains.
-// The 1 s long poll bounds the last child's Close on SIGTERM.
+// The 1 s long poll bounds the last child's Close on SIGTERM. Two pollers share a Window of 8,
+// so a kill finds several messages in flight, some received in one batch.
 type killTarget struct{}
+
+const (
+	killWindow  = 8
+	killPollers = 2
+)
 
 func (killTarget) config() sqs.Config {
 	cfg := awsConfig()
@@ -37,6 +43,8 @@ func (killTarget) config() sqs.Config {
 		VisibilityTimeout: 3 * time.Second,
 		ProcessingBudget:  2 * time.Second,
 		WaitTime:          time.Second,
+		Window:            killWindow,
+		Pollers:           killPollers,
 		CreateQueues:      true,
 		Logger:            slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
@@ -108,11 +116,13 @@ func (k killTarget) Cleanup(ctx context.Context, a millrace.Adapter, topic strin
 	return errors.Join(errs...)
 }
 
-// Bound is the package documentation's "# Crashes" section.
+// Bound is the package documentation's "# Crashes" section: a process holds at most Window
+// messages unsettled (one subscription here), each of which a kill can repeat once and
+// dead-letter a second time.
 func (killTarget) Bound() killbattery.Bound {
 	return killbattery.Bound{
-		RepeatsPerKill:          1,
-		ExtraDeadLettersPerKill: 1,
+		RepeatsPerKill:          killWindow,
+		ExtraDeadLettersPerKill: killWindow,
 		CrashCostsAttempt:       true,
 		AttemptsIncrease:        true,
 	}

@@ -33,11 +33,14 @@ func (a *Adapter) DecodeAttempt(msg *message.Message) millrace.Attempt {
 	return at
 }
 
-// ScheduleRetry hides the message for req.Delay with ChangeMessageVisibility (whole seconds,
+// ScheduleRetry hides the message for req.Delay with ChangeMessageVisibility, batched with the
+// other retries of the same moment (ChangeMessageVisibilityBatch; whole seconds,
 // rounded up; cut to what SQS still allows, 12 h from the receive) and returns NackOriginal: the
 // router nacks, the message is not deleted, and SQS delivers it again when the delay ends, with
-// its receive count one higher. On error the visibility is unchanged and the message returns
-// after the queue's visibility timeout. After Close it returns millrace.ErrClosed.
+// its receive count one higher. An error (the call's, this entry's in the batch, or ctx's
+// before SQS answered) never lets the router ack: the message returns after the queue's
+// visibility timeout, or after the delay if the change reached SQS all the same. After Close
+// it returns millrace.ErrClosed.
 func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req millrace.RetryRequest) (millrace.Disposition, error) {
 	if a.isClosed() {
 		return 0, millrace.ErrClosed
@@ -46,13 +49,9 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 	if !ok {
 		return 0, ErrNoDelivery
 	}
+	d.waitExtension()
 	secs := visibilitySeconds(req.Delay, time.Since(d.receivedAt))
-	_, err := a.client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
-		QueueUrl:          aws.String(d.queueURL),
-		ReceiptHandle:     aws.String(d.receipt),
-		VisibilityTimeout: secs,
-	})
-	if err != nil {
+	if err := a.changeVisibility(ctx, d, secs); err != nil {
 		return 0, fmt.Errorf("millrace sqs: change visibility of message %s to %ds: %w", d.messageID, secs, err)
 	}
 	return millrace.NackOriginal, nil
@@ -67,4 +66,20 @@ func visibilitySeconds(delay, elapsed time.Duration) int32 {
 	limit := (MaxVisibility - elapsed) / time.Second
 	secs = min(secs, limit-1)
 	return int32(max(secs, 0))
+}
+
+// changeVisibility sets the visibility timeout of d's message, in a ChangeMessageVisibilityBatch
+// with the other changes of the same moment on its queue. nil means SQS confirmed this entry;
+// an error (the call's, the entry's, or ctx's while the call runs) means the change may or may
+// not have been made, and the caller must not ack the message.
+func (a *Adapter) changeVisibility(ctx context.Context, d *delivery, secs int32) error {
+	if d.sub == nil {
+		_, err := a.client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
+			QueueUrl:          aws.String(d.queueURL),
+			ReceiptHandle:     aws.String(d.receipt),
+			VisibilityTimeout: secs,
+		})
+		return err
+	}
+	return d.sub.visibility.do(ctx, d.receipt, secs)
 }

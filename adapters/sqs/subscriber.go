@@ -27,14 +27,17 @@ const (
 )
 
 // Subscriber returns a new subscriber. Closing it (the Watermill router does on shutdown) ends
-// only its own subscriptions. Each subscription receives one message at a time with a long
-// poll of Config.WaitTime, asking SQS for ApproximateReceiveCount and
-// ApproximateFirstReceiveTimestamp, which DecodeAttempt reads.
+// only its own subscriptions. Each subscription runs Config.Pollers receive loops with a long
+// poll of Config.WaitTime, each asking for up to 10 messages, as many as the subscription's
+// Window (Config.Window) has room for, with ApproximateReceiveCount and
+// ApproximateFirstReceiveTimestamp, which DecodeAttempt reads. Acks are deleted and
+// visibility changed in batches (see "Batching and concurrency" in the package documentation).
 //
 // Ending a subscription (Close, or its Subscribe context) never burns an attempt: SQS counts a
-// receive as soon as it hands a message out, cancelled request or not, so the receive in
-// flight is not cancelled but left to finish (at most Config.WaitTime + CallTimeout), and the message it got is handed to the consumer as an ordinary
-// delivery, whose verdict counts as usual. Only a message the consumer does not take within
+// receive as soon as it hands a message out, cancelled request or not, so the receives in
+// flight are not cancelled but left to finish (at most Config.WaitTime + CallTimeout), and the
+// messages they got are handed to the consumer as ordinary deliveries, whose verdicts count as
+// usual. Only a message the consumer does not take within
 // HandOffWait (1 s) is given back (ChangeMessageVisibility 0); SQS has then counted a receive
 // that no handler saw. A subscription ending does not cancel the handler contexts; a context
 // ends with its delivery: after the verdict, or when the message's visibility timeout runs out
@@ -52,7 +55,7 @@ func (a *Adapter) Subscriber() message.Subscriber {
 	return s
 }
 
-// subscriber runs one receive loop per Subscribe call over the adapter's SQS client, so that
+// subscriber runs one subscription (its pollers) per Subscribe call over the adapter's SQS client, so that
 // Close ends exactly the subscriptions made through it, and bridges each delivery to the
 // handler:
 //
@@ -99,148 +102,369 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		stop()
 	}()
 	out := make(chan *message.Message)
+	sub := &subscription{
+		a: a, topic: topic, url: url, out: out,
+		slots:      make(chan struct{}, a.cfg.Window),
+		deletes:    newDeleteBatcher(a, url),
+		visibility: newVisibilityBatcher(a, url),
+	}
 	go func() {
 		defer s.wg.Done()
 		defer close(out)
 		defer stop()
-		s.receive(subCtx, topic, url, out)
+		sub.run(subCtx)
 	}()
 	return out, nil
 }
 
-// receive polls url until ctx ends. A poll is never cancelled: it runs to its end, and what it
-// received after ctx ended is delivered all the same (see deliver).
-func (s *subscriber) receive(ctx context.Context, topic, url string, out chan<- *message.Message) {
-	a := s.a
+// subscription is one Subscribe call: Config.Pollers receive loops sharing a Window of
+// Config.Window slots, and the batchers of the queue's deletes and visibility changes.
+type subscription struct {
+	a          *Adapter
+	topic, url string
+	out        chan<- *message.Message
+	// slots holds one token per message received and not yet settled (handed out and waiting
+	// for its verdict, or for the delete after its ack, or being given back).
+	slots      chan struct{}
+	deletes    *batcher
+	visibility *batcher
+	settling   sync.WaitGroup // one per message received
+
+	// untaken holds the messages the consumer did not take while the subscription ended; run
+	// gives them back once every poller has stopped, so that no receive of this subscription
+	// still in flight gets them again.
+	mu      sync.Mutex
+	untaken []untaken
+}
+
+type untaken struct {
+	receipt   *string
+	messageID string
+}
+
+// run starts the pollers and returns once they have stopped and every message they received
+// is settled.
+func (sub *subscription) run(ctx context.Context) {
+	var pollers sync.WaitGroup
+	for range sub.a.cfg.Pollers {
+		pollers.Go(func() { sub.poll(ctx) })
+	}
+	pollers.Wait()
+	sub.mu.Lock()
+	back := sub.untaken
+	sub.untaken = nil
+	sub.mu.Unlock()
+	for _, u := range back {
+		go func() {
+			defer sub.settling.Done()
+			sub.giveBack(ctx, u.receipt, u.messageID)
+		}()
+	}
+	sub.settling.Wait()
+}
+
+// leave records a received message the consumer did not take, for run to give back.
+func (sub *subscription) leave(receipt *string, messageID string) {
+	sub.mu.Lock()
+	sub.untaken = append(sub.untaken, untaken{receipt, messageID})
+	sub.mu.Unlock()
+}
+
+// reserve takes room in the Window for one message, waiting for it unless ctx ends (then 0),
+// and then for up to MaxReceiveBatch messages, as much as is free.
+func (sub *subscription) reserve(ctx context.Context) int {
+	if ctx.Err() != nil {
+		return 0
+	}
+	select {
+	case <-ctx.Done():
+		return 0
+	case sub.slots <- struct{}{}:
+	}
+	n := 1
+	for n < MaxReceiveBatch {
+		select {
+		case sub.slots <- struct{}{}:
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+func (sub *subscription) release(n int) {
+	for range n {
+		<-sub.slots
+	}
+}
+
+// poll receives until ctx ends, each receive asking for as many messages as it reserved room
+// for. A poll is never cancelled: it runs to its end, and what it received after ctx ended is
+// delivered all the same (see handOff).
+func (sub *subscription) poll(ctx context.Context) {
+	a := sub.a
 	input := &awssqs.ReceiveMessageInput{
-		QueueUrl:              aws.String(url),
+		QueueUrl:              aws.String(sub.url),
 		MessageAttributeNames: []string{"All"},
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{
 			types.MessageSystemAttributeNameApproximateReceiveCount,
 			types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp,
 		},
-		WaitTimeSeconds:     int32(a.cfg.WaitTime / time.Second),
-		MaxNumberOfMessages: 1, // one in flight: the others stay receivable by other consumers
+		WaitTimeSeconds: int32(a.cfg.WaitTime / time.Second),
 	}
-	for ctx.Err() == nil {
+	for {
+		n := sub.reserve(ctx)
+		if n == 0 {
+			return
+		}
+		input.MaxNumberOfMessages = int32(n)
 		pollCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.receiveTimeout())
 		res, err := a.client.ReceiveMessage(pollCtx, input, longerRequests(a.cfg.receiveTimeout()))
 		timedOut := errors.Is(pollCtx.Err(), context.DeadlineExceeded)
 		cancel()
 		if err != nil {
+			sub.release(n)
 			if timedOut {
 				err = fmt.Errorf("no answer within WaitTime + CallTimeout (%s): %w", a.cfg.receiveTimeout(), err)
 			}
-			a.cfg.Logger.ErrorContext(ctx, "millrace sqs: cannot receive messages", "queue", url, "error", err)
+			a.cfg.Logger.ErrorContext(ctx, "millrace sqs: cannot receive messages", "queue", sub.url, "error", err)
 			select {
 			case <-ctx.Done():
+				return
 			case <-time.After(receiveRetrySleep):
 			}
 			continue
 		}
-		for i := range res.Messages {
-			s.deliver(ctx, topic, url, &res.Messages[i], out)
+		msgs := res.Messages
+		if len(msgs) > n { // never from SQS; a slot per message all the same
+			a.cfg.Logger.ErrorContext(ctx, "millrace sqs: the endpoint returned more messages than asked for; the surplus is given back",
+				"queue", sub.url, "asked", n, "got", len(msgs))
+			for _, m := range msgs[n:] {
+				sub.settling.Add(1)
+				go func() { defer sub.settling.Done(); sub.giveBack(ctx, m.ReceiptHandle, aws.ToString(m.MessageId)) }()
+			}
+			msgs = msgs[:n]
 		}
+		sub.release(n - len(msgs))
+		receivedAt := time.Now()
+		batch := make([]waitingMsg, len(msgs))
+		for i := range msgs {
+			batch[i] = sub.decode(ctx, &msgs[i], receivedAt)
+		}
+		sub.deliver(ctx, batch)
 	}
 }
 
-// deliver hands one received message to the consumer and relays its verdict. Once ctx has
-// ended (the subscription is ending) the message is still offered for HandOffWait, then given
-// back if the consumer did not take it; a message the consumer took keeps its verdict relayed
-// until its visibility timeout ends, after which SQS hands it out again anyway.
-func (s *subscriber) deliver(ctx context.Context, topic, url string, sm *types.Message, out chan<- *message.Message) {
+// waitingMsg is a message of a receive, decoded, waiting for its hand-off.
+type waitingMsg struct {
+	msg    *message.Message
+	d      *delivery
+	cancel context.CancelFunc
+}
+
+// decode turns a received SQS message into the message handed to the consumer, with its
+// delivery in its context. The handler's context is not cancelled when the subscription ends:
+// a handler running then finishes and its verdict counts. It ends with the relay of its
+// verdict.
+func (sub *subscription) decode(ctx context.Context, sm *types.Message, receivedAt time.Time) waitingMsg {
 	msg, d := decodeMessage(sm)
-	d.topic, d.queueURL = topic, url
-	// The handler's context is not cancelled when the subscription ends: a handler running then
-	// finishes and its verdict counts. It ends when deliver returns.
+	d.topic, d.queueURL, d.sub = sub.topic, sub.url, sub
+	d.receivedAt = receivedAt
+	d.hiddenUntil.Store(receivedAt.Add(sub.a.cfg.VisibilityTimeout).UnixNano())
+	d.extended = make(chan struct{})
 	msgCtx, cancel := context.WithCancel(withDelivery(context.WithoutCancel(ctx), d))
-	defer cancel()
 	if d.decodeErr != nil {
 		msgCtx = millrace.WithDecodeError(msgCtx, d.decodeErr)
 	}
 	msg.SetContext(msgCtx)
+	sub.settling.Add(1)
+	return waitingMsg{msg: msg, d: d, cancel: cancel}
+}
 
-	select {
-	case out <- msg:
-	case <-ctx.Done():
-		handOff := time.NewTimer(HandOffWait)
-		defer handOff.Stop()
-		select {
-		case out <- msg:
-		case <-handOff.C:
-			s.giveBack(ctx, d)
-			return
+// deliver hands the messages of one receive to the consumer, in receive order, and leaves the
+// relay of each verdict to a goroutine of its own. Once ctx has ended (the subscription is
+// ending) the messages are still offered until HandOffWait has passed; those the consumer did
+// not take are given back when the subscription's pollers have all stopped (see run).
+func (sub *subscription) deliver(ctx context.Context, batch []waitingMsg) {
+	var handOffEnd time.Time // set once ctx has ended: the last moment to hand out this batch
+	for i, r := range batch {
+		if !sub.handOff(ctx, batch[i:], &handOffEnd) {
+			close(r.d.extended)
+			r.cancel()
+			sub.release(1)
+			sub.leave(&r.d.receipt, r.d.messageID) // given back by run, settling.Done then
+			continue
+		}
+		if late := time.Since(r.d.hiddenAt(sub.a.cfg.VisibilityTimeout)); late > lateHandOff {
+			go sub.extend(ctx, r.d, late)
+		} else {
+			close(r.d.extended)
+		}
+		go func() {
+			defer sub.settling.Done()
+			defer sub.release(1)
+			defer r.cancel()
+			sub.settle(ctx, r.msg, r.d)
+		}()
+	}
+}
+
+// lateHandOff is how long after its receive (or its last visibility change) a message may be
+// taken by the consumer before its visibility is extended. Watermill's router takes every
+// message at once (it runs a handler per message); a consumer that reads the channel one
+// message at a time takes the later messages of a batch only when it is done with the earlier
+// ones, while their visibility timeout runs. So a message waiting for its hand-off is kept
+// hidden (hidden again for VisibilityTimeout each time half of it has passed), and a message
+// taken late is hidden for VisibilityTimeout from its hand-off, so that its handler still has
+// ProcessingBudget and the margin before SQS hands it out again.
+const lateHandOff = MinVisibilityMargin / 4
+
+// extend hides a message handed out late for another VisibilityTimeout from now, then releases
+// its own visibility changes (ScheduleRetry, the redrive hand-over), which wait for it.
+func (sub *subscription) extend(ctx context.Context, d *delivery, late time.Duration) {
+	defer close(d.extended)
+	if err := sub.hide(ctx, d); err != nil {
+		sub.a.cfg.Logger.WarnContext(ctx, "millrace sqs: cannot extend the visibility of a message the consumer took late; SQS may deliver it again while it is handled",
+			"queue", d.queueURL, "message_id", d.messageID, "taken_after", late, "error", err)
+	}
+}
+
+// hide hides d's message for VisibilityTimeout from now (no further than SQS allows, 12 h from
+// the receive) and records until when.
+func (sub *subscription) hide(ctx context.Context, d *delivery) error {
+	now := time.Now()
+	secs := visibilitySeconds(sub.a.cfg.VisibilityTimeout, now.Sub(d.receivedAt))
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sub.a.cfg.ownCallTimeout())
+	defer cancel()
+	if err := sub.visibility.do(callCtx, d.receipt, secs); err != nil {
+		return err
+	}
+	d.hiddenUntil.Store(now.Add(time.Duration(secs) * time.Second).UnixNano())
+	return nil
+}
+
+// keepHidden hides the messages still waiting for their hand-off again (one batch call).
+func (sub *subscription) keepHidden(ctx context.Context, waiting []waitingMsg) {
+	var wg sync.WaitGroup
+	for _, r := range waiting {
+		wg.Go(func() {
+			if err := sub.hide(ctx, r.d); err != nil {
+				sub.a.cfg.Logger.WarnContext(ctx, "millrace sqs: cannot keep a message waiting for the consumer hidden; SQS may deliver it again",
+					"queue", r.d.queueURL, "message_id", r.d.messageID, "error", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// handOff offers waiting[0] to the consumer, keeping every waiting message hidden meanwhile;
+// once ctx has ended, only until *handOffEnd (set to HandOffWait from the first message that
+// finds ctx ended).
+func (sub *subscription) handOff(ctx context.Context, waiting []waitingMsg, handOffEnd *time.Time) bool {
+	msg, d := waiting[0].msg, waiting[0].d
+	vt := sub.a.cfg.VisibilityTimeout
+	if ctx.Err() == nil {
+		select { // the usual case: the router takes it at once
+		case sub.out <- msg:
+			return true
+		default:
+		}
+		refresh := time.NewTimer(time.Until(d.hiddenAt(vt).Add(vt / 2)))
+		defer refresh.Stop()
+	wait:
+		for {
+			select {
+			case sub.out <- msg:
+				return true
+			case <-refresh.C:
+				sub.keepHidden(ctx, waiting)
+				refresh.Reset(time.Until(d.hiddenAt(vt).Add(vt / 2)))
+			case <-ctx.Done():
+				break wait
+			}
 		}
 	}
+	if handOffEnd.IsZero() {
+		*handOffEnd = time.Now().Add(HandOffWait)
+	}
+	end := time.NewTimer(time.Until(*handOffEnd))
+	defer end.Stop()
+	select {
+	case sub.out <- msg:
+		return true
+	case <-end.C:
+		return false
+	}
+}
+
+// settle relays the verdict of a message handed out; a message the consumer took keeps its
+// verdict relayed until its visibility timeout ends, after which SQS hands it out again anyway.
+func (sub *subscription) settle(ctx context.Context, msg *message.Message, d *delivery) {
 	select {
 	case <-msg.Acked():
-		s.acked(ctx, d)
+		sub.acked(ctx, d)
 		return
 	case <-msg.Nacked():
 		return
 	case <-ctx.Done():
 	}
 	// Ending while the handler runs: wait for its verdict while the message is still ours.
-	expiry := time.NewTimer(time.Until(d.receivedAt.Add(s.a.cfg.VisibilityTimeout)))
+	d.waitExtension()
+	expiry := time.NewTimer(time.Until(time.Unix(0, d.hiddenUntil.Load())))
 	defer expiry.Stop()
 	select {
 	case <-msg.Acked():
-		s.acked(ctx, d)
+		sub.acked(ctx, d)
 	case <-msg.Nacked():
 	case <-expiry.C:
-		s.a.cfg.Logger.WarnContext(ctx, "millrace sqs: subscription ended with a handler still running past the message's visibility timeout; SQS delivers the message again",
+		sub.a.cfg.Logger.WarnContext(ctx, "millrace sqs: subscription ended with a handler still running past the message's visibility timeout; SQS delivers the message again",
 			"queue", d.queueURL, "message_id", d.messageID)
 	}
 }
 
 // acked deletes an acked message, unless it was left to SQS's RedrivePolicy.
-func (s *subscriber) acked(ctx context.Context, d *delivery) {
+func (sub *subscription) acked(ctx context.Context, d *delivery) {
 	if !d.leftToRedrive.Load() {
-		s.remove(ctx, d)
+		sub.remove(ctx, d)
 	}
 }
 
 // giveBack makes a message the consumer did not take visible again at once. SQS has counted
 // its receive all the same.
-func (s *subscriber) giveBack(ctx context.Context, d *delivery) {
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.a.cfg.ownCallTimeout())
+func (sub *subscription) giveBack(ctx context.Context, receipt *string, messageID string) {
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sub.a.cfg.ownCallTimeout())
 	defer cancel()
-	if _, err := s.a.client.ChangeMessageVisibility(callCtx, &awssqs.ChangeMessageVisibilityInput{
-		QueueUrl:          aws.String(d.queueURL),
-		ReceiptHandle:     aws.String(d.receipt),
-		VisibilityTimeout: 0,
-	}); err != nil {
-		s.a.cfg.Logger.WarnContext(ctx, "millrace sqs: cannot give back a message nobody took; it returns after its visibility timeout",
-			"queue", d.queueURL, "message_id", d.messageID, "error", err)
+	if err := sub.visibility.do(callCtx, aws.ToString(receipt), 0); err != nil {
+		sub.a.cfg.Logger.WarnContext(ctx, "millrace sqs: cannot give back a message nobody took; it returns after its visibility timeout",
+			"queue", sub.url, "message_id", messageID, "error", err)
 	}
 }
 
-// remove deletes an acked message. Close does not cancel the delete, so an ack given before
-// Close is not lost; a message already deleted counts as deleted.
-func (s *subscriber) remove(ctx context.Context, d *delivery) {
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.a.cfg.ownCallTimeout())
+// remove deletes an acked message, in a DeleteMessageBatch with the acks of the same moment.
+// Close does not cancel the delete, so an ack given before Close is not lost; a message
+// already deleted counts as deleted. The message's slot in the Window is freed only after SQS
+// answered.
+func (sub *subscription) remove(ctx context.Context, d *delivery) {
+	d.waitExtension()
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sub.a.cfg.ownCallTimeout())
 	defer cancel()
-	_, err := s.a.client.DeleteMessage(callCtx, &awssqs.DeleteMessageInput{
-		QueueUrl:      aws.String(d.queueURL),
-		ReceiptHandle: aws.String(d.receipt),
-	})
-	var apiErr interface{ ErrorMessage() string }
-	if errors.As(err, &apiErr) && apiErr.ErrorMessage() == "The specified queue does not contain the message specified." {
-		return // already deleted (watermill-aws's rule, kept)
+	err := sub.deletes.do(callCtx, d.receipt, 0)
+	if err == nil || alreadyDeleted(err) {
+		return
 	}
-	if err != nil {
-		s.a.cfg.Logger.ErrorContext(ctx, "millrace sqs: cannot delete an acked message; it is delivered again after its visibility timeout",
-			"queue", d.queueURL, "message_id", d.messageID, "error", err)
-	}
+	sub.a.cfg.Logger.ErrorContext(ctx, "millrace sqs: cannot delete an acked message; it is delivered again after its visibility timeout",
+		"queue", d.queueURL, "message_id", d.messageID, "error", err)
 }
 
 // Close ends the subscriptions made through s; a second Close waits as well. It waits for each
-// one's receive in flight (at most Config.WaitTime + CallTimeout),
-// hands the message it got to the consumer as an ordinary delivery (given back if not taken
-// within HandOffWait), and waits for the verdict of every message handed out, at most until the
-// message's visibility timeout ends, and for the delete after an ack. So Close takes at most
-// WaitTime + CallTimeout (the receive), HandOffWait, and then the handling of one message per
-// subscription, up to Config.VisibilityTimeout, plus 2*CallTimeout for its delete. The queue's
+// one's receives in flight (at most Config.WaitTime + CallTimeout), hands the messages they got
+// to the consumer as ordinary deliveries (given back if not taken within HandOffWait), and waits
+// for the verdict of every message handed out, at most until the message's visibility timeout
+// ends, and for the delete after an ack. So Close takes at most WaitTime + CallTimeout (the
+// receives), HandOffWait, and then the handling of the messages each subscription holds (at
+// most Config.Window, in parallel), up to Config.VisibilityTimeout, plus 2*CallTimeout for
+// their deletes. The queue's
 // own visibility timeout must be Config.VisibilityTimeout (it is when the adapter created the
 // queue) for that wait to end when SQS would redeliver.
 func (s *subscriber) Close() error {
