@@ -87,11 +87,16 @@ type BreakerConfig struct {
 	// message's context ends or Stop is closed. The router sets it for adapters that are a
 	// millrace.BudgetBounded: see Bounded.
 	MaxHold time.Duration
-	// Stop, when closed, hands every waiting message back at once (nacked, as after MaxHold),
-	// and every message that arrives while the breaker is not closed. Close it when the
-	// consumer shuts down: the adapters keep a message's context alive through a shutdown, so
-	// that running handlers finish, and a message waiting in the breaker would otherwise hold
-	// the shutdown (and, on Kafka, a rebalance) until MaxHold or the router's CloseTimeout.
+	// Stop, when closed, ends the holding: every waiting message, and every message that
+	// arrives after it, is handled as with the breaker closed (one that waited past the room
+	// its claim leaves, see Bounded, is handed back instead). Close it when the consumer shuts
+	// down (router.Router.Close does): the adapters keep a message's context alive through a
+	// shutdown, so that running handlers finish, and a message waiting in the breaker would
+	// otherwise hold the shutdown (and, on Kafka, a rebalance) until MaxHold or the router's
+	// CloseTimeout. Handing the messages back instead would not do: an adapter that redelivers
+	// a nacked message at once (memory, RabbitMQ, Kafka) gives it straight back to the closing
+	// consumer, counting a delivery each time, until its subscription stops, and a message
+	// could be dead-lettered unhandled during a shutdown.
 	Stop <-chan struct{}
 	// Logger receives a Warn line when the breaker opens and when it closes, an Info line per
 	// probe and per failed probe, and a Debug line per message handed back. Default:
@@ -341,7 +346,10 @@ func (b *breaker) wait(h message.HandlerFunc, msg *message.Message, closed, prob
 		return b.handBack(msg, "MaxHold passed")
 	case <-b.cfg.Stop:
 		b.left()
-		return b.handBack(msg, "Stop closed")
+		if b.cfg.bounded && b.now().Sub(start) > b.cfg.room {
+			return b.handBack(msg, "Stop closed, past the room its claim leaves for the handler")
+		}
+		return b.run(h, msg, false)
 	}
 }
 
@@ -368,7 +376,7 @@ func (b *breaker) probeOrRelease(h message.HandlerFunc, msg *message.Message, cl
 	case <-b.cfg.Stop:
 		offer(probe)
 		b.mu.Unlock()
-		return b.handBack(msg, "Stop closed")
+		return b.run(h, msg, false) // the holding has ended: handled, not as a probe
 	default:
 	}
 	b.state = BreakerHalfOpen
@@ -526,7 +534,9 @@ func (b *breaker) changed(msg *message.Message, ev BreakerEvent) {
 		level = slog.LevelWarn
 	}
 	if b.logger.Enabled(ctx, level) {
-		attrs := []slog.Attr{slog.String("handler", ev.Handler), slog.String("state", ev.To.String()),
+		// The handler's name is the router's logger's (router.Router logs every line of a
+		// handler with it); BreakerEvent.Handler carries it for the hook.
+		attrs := []slog.Attr{slog.String("state", ev.To.String()),
 			slog.String("from", ev.From.String()), slog.Int("consecutive_failures", ev.Failures),
 			slog.Int("waiting", ev.Waiting)}
 		if b.cfg.FailureRate > 0 && ev.WindowCalls > 0 {

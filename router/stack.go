@@ -55,6 +55,11 @@ func handlerStack(cfg Config, name, topic string, stop <-chan struct{}) ([]messa
 		if bc.Stop == nil {
 			bc.Stop = stop
 		}
+		if bb, ok := cfg.Adapter.(millrace.BudgetBounded); ok && cfg.Budget >= bb.MaxBudget() {
+			cfg.Logger.Warn("millrace router: the outage breaker has no room to hold a message: Budget equals the adapter's processing budget, "+
+				"so a message that had to wait is handed back unhandled (costing one delivery) instead of handled; set Budget below it",
+				slog.Duration("budget", cfg.Budget), slog.Duration("max_budget", bb.MaxBudget()))
+		}
 		stack = append(stack, middleware.Breaker(bc))
 	}
 	if tel != nil {
