@@ -94,9 +94,9 @@ type BreakerConfig struct {
 	// shutdown, so that running handlers finish, and a message waiting in the breaker would
 	// otherwise hold the shutdown (and, on Kafka, a rebalance) until MaxHold or the router's
 	// CloseTimeout. Handing the messages back instead would not do: an adapter that redelivers
-	// a nacked message at once (memory, RabbitMQ, Kafka) gives it straight back to the closing
-	// consumer, counting a delivery each time, until its subscription stops, and a message
-	// could be dead-lettered unhandled during a shutdown.
+	// a nacked message soon (memory at once, RabbitMQ after RequeueDelay, Kafka after
+	// NackDelay) gives it back to the closing consumer, counting a delivery each time, until
+	// its subscription stops; on memory a message was dead-lettered unhandled that way.
 	Stop <-chan struct{}
 	// Logger receives a Warn line when the breaker opens and when it closes, an Info line per
 	// probe and per failed probe, and a Debug line per message handed back. Default:
@@ -197,10 +197,11 @@ func (c BreakerConfig) Bounded(maxBudget, budget time.Duration) BreakerConfig {
 // message goes through as the probe (half-open; the others wait on). Its success, or that of
 // any other message handled meanwhile, closes the breaker and releases every waiting message to
 // the handler; a Retry opens it again and restarts the interval. A message leaves the breaker
-// unhandled when it has waited MaxHold or Stop is closed (nacked, error nil: the router's ack
+// unhandled when it has waited MaxHold (nacked, error nil: the router's ack
 // is then a no-op and Retry and Poison above see a success, so nothing is scheduled or
 // dead-lettered) or when its context ends (the context's error for a cancellation, as Retry
-// passes a shutdown on; a nack for a deadline).
+// passes a shutdown on; a nack for a deadline). When Stop is closed (the router's Close) the
+// holding ends: waiting and arriving messages are handled.
 //
 // Each handler the returned middleware wraps has a breaker of its own. Install it inside Retry
 // and outside Classify (the router does, with router.Config.Breaker), so the errors it counts
@@ -215,7 +216,7 @@ func (c BreakerConfig) Bounded(maxBudget, budget time.Duration) BreakerConfig {
 // A waiting message stays unsettled in the adapter, so each adapter's bound on unsettled
 // messages per subscription (one router handler) is how many wait, and what the broker does
 // with an unsettled message over time is what a long wait costs. A message handed back
-// (MaxHold, Stop) counts one more delivery on every adapter, so it costs an attempt.
+// (MaxHold) counts one more delivery on every adapter, so it costs an attempt.
 //
 //   - memory: one message per subscription; the rest stays queued. No bound on the wait.
 //   - Redis Streams: Config.Window entries per subscription (default 64); the rest stays in the
