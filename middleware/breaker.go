@@ -87,6 +87,12 @@ type BreakerConfig struct {
 	// message's context ends or Stop is closed. The router sets it for adapters that are a
 	// millrace.BudgetBounded: see Bounded.
 	MaxHold time.Duration
+	// Immediate is the handler's RetryPolicy.Immediate (the router sets it). An immediate
+	// attempt (not the first of its delivery) that meets a breaker that is not closed does not
+	// wait: it fails at once with ErrBreakerOpen (a Retry, not counted by the breaker), so
+	// Retry schedules the delayed retry instead of the attempt waiting out the delivery's
+	// deadline and being handed back.
+	Immediate int
 	// Stop, when closed, ends the holding: every waiting message, and every message that
 	// arrives after it, is handled as with the breaker closed (one that waited past the room
 	// its claim leaves, see Bounded, is handed back instead). Close it when the consumer shuts
@@ -276,6 +282,12 @@ func Breaker(cfg BreakerConfig) message.HandlerMiddleware {
 			if b.state == BreakerClosed {
 				b.mu.Unlock()
 				return b.run(h, msg, false)
+			}
+			if b.cfg.Immediate > 0 && immediateAttempt(millrace.AttemptFrom(msg), b.cfg.Immediate) {
+				// An immediate attempt would wait out its delivery's shared deadline and be
+				// handed back; it fails at once instead, and Retry schedules the delayed retry.
+				b.mu.Unlock()
+				return nil, millrace.Retry(ErrBreakerOpen)
 			}
 			closed, probe := b.closed, b.probe
 			b.waiting++
@@ -552,4 +564,18 @@ func (b *breaker) changed(msg *message.Message, ev BreakerEvent) {
 		hook := b.cfg.OnStateChange
 		callHook(ctx, b.logger, "OnStateChange", msg.UUID, func() { hook(ctx, ev) })
 	}
+}
+
+// ErrBreakerOpen is the cause of the Retry an immediate attempt gets from a breaker that is
+// not closed (see BreakerConfig.Immediate).
+var ErrBreakerOpen = errors.New("millrace: outage breaker open; immediate attempt not made")
+
+// immediateAttempt reports whether a is an immediate attempt of its delivery under a policy
+// with immediate in-process attempts per delivery: not the delivery's first.
+func immediateAttempt(a millrace.Attempt, immediate int) bool {
+	if a.Delivery < 1 {
+		return false
+	}
+	p := millrace.RetryPolicy{MaxAttempts: a.MaxAttempts, Immediate: immediate}
+	return a.Number != p.FirstAttemptOf(a.Delivery)
 }

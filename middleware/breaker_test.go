@@ -691,3 +691,28 @@ func TestBreakerFailureRate(t *testing.T) {
 		t.Fatalf("transitions %q, want closed again and staying closed", got)
 	}
 }
+
+// An immediate attempt (not the first of its delivery) that meets an open breaker fails at
+// once with ErrBreakerOpen, a Retry, without calling the handler, so Retry schedules the
+// delayed retry; a delivery's first attempt waits as before.
+func TestBreakerFailsImmediateAttemptsAtOnce(t *testing.T) {
+	rig, cfg := newBreakerRig(middleware.BreakerConfig{Threshold: 1, Immediate: 1})
+	dep := &switchable{}
+	dep.down.Store(true)
+	h := breakerOver(cfg, dep.handle)
+	_, _ = h(message.NewMessage("a", nil)) // opens
+	second := message.NewMessage("second", nil)
+	second.SetContext(millrace.WithAttempt(context.Background(), &millrace.Attempt{Number: 2, Delivery: 1, MaxAttempts: 5}))
+	_, err := h(second)
+	if !errors.Is(err, middleware.ErrBreakerOpen) || millrace.Classify(err, nil).Outcome != millrace.OutcomeRetry {
+		t.Fatalf("immediate attempt: err %v, want a Retry wrapping ErrBreakerOpen", err)
+	}
+	first := message.NewMessage("first", nil)
+	first.SetContext(millrace.WithAttempt(context.Background(), &millrace.Attempt{Number: 3, Delivery: 2, MaxAttempts: 5}))
+	done := make(chan result, 1)
+	start(h, first, done)
+	rig.awaitWaiting(t, "first")
+	if calls := dep.called(); len(calls) != 1 {
+		t.Fatalf("calls %v, want only the one that opened the breaker", calls)
+	}
+}

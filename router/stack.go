@@ -86,6 +86,7 @@ func handlerStack(cfg Config, name, topic string, stop <-chan struct{}) ([]messa
 // breakerConfig is cfg.Breaker with the router's defaults (cfg has its own defaults set).
 func breakerConfig(cfg Config) middleware.BreakerConfig {
 	bc := *cfg.Breaker
+	bc.Immediate = cfg.Policy.Immediate
 	if bb, ok := cfg.Adapter.(millrace.BudgetBounded); ok {
 		bc = bc.Bounded(bb.MaxBudget(), cfg.Budget)
 	}
