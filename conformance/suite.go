@@ -44,6 +44,7 @@ func Run(t *testing.T, h Harness) {
 		{"MaxElapsedGivesUp", testMaxElapsedGivesUp},
 		{"ImmediateAttemptsShareTheBudget", testImmediateAttemptsShareTheBudget},
 		{"BreakerHoldsDuringOutage", testBreakerHoldsDuringOutage},
+		{"TelemetryCountsAKnownWorkload", testTelemetryCountsAKnownWorkload},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
