@@ -80,7 +80,13 @@ func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*mes
 		return nil, nil
 	case Busy:
 		m.stats.busy.Add(1)
-		delay := m.cfg.Policy.Delay(millrace.AttemptFrom(msg).Number)
+		// The Backoff counts delayed retries, one per delivery (RetryPolicy.Immediate).
+		a := millrace.AttemptFrom(msg)
+		delivery := a.Delivery
+		if delivery < 1 {
+			delivery = m.cfg.Policy.DeliveryOf(a.Number)
+		}
+		delay := m.cfg.Policy.Delay(delivery)
 		return nil, millrace.RetryAfter(fmt.Errorf("%w: key %q", ErrBusy, key), delay)
 	case Acquired:
 	default:

@@ -89,6 +89,28 @@ func TestMiddlewareBusyRetriesAfterPolicyDelay(t *testing.T) {
 	}
 }
 
+// TestMiddlewareBusyDelayCountsDeliveries: with immediate attempts the Backoff counts delayed
+// retries, one per delivery: attempt 4 of a policy with Immediate 1 is in delivery 2, whose
+// retry waits Delay(2) (2 s), not Delay(4).
+func TestMiddlewareBusyDelayCountsDeliveries(t *testing.T) {
+	store := newMemory(t, idempotency.StoreOptions{})
+	policy := millrace.RetryPolicy{MaxAttempts: 6, Immediate: 1, Backoff: millrace.Delays{time.Second, 2 * time.Second, 3 * time.Second}}
+	m := mustNew(t, idempotency.Config{Store: store, Policy: policy, LeaseTTL: 2 * time.Second})
+	if _, err := store.Claim(context.Background(), "m1", "someone-else", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	h := m.Wrap(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	for _, a := range []millrace.Attempt{{Number: 4, Delivery: 2, MaxAttempts: 6}, {Number: 4, MaxAttempts: 6}} {
+		msg := message.NewMessage("m1", nil)
+		msg.SetContext(millrace.WithAttempt(context.Background(), &a))
+		_, err := h(msg)
+		var oe *millrace.OutcomeError
+		if !errors.As(err, &oe) || oe.Delay != 2*time.Second {
+			t.Fatalf("attempt %+v: err %v, want RetryAfter 2s (the delay after delivery 2)", a, err)
+		}
+	}
+}
+
 func TestMiddlewareHandlerContext(t *testing.T) {
 	store := newMemory(t, idempotency.StoreOptions{})
 	m := mustNew(t, idempotency.Config{Store: store, Policy: fixedPolicy(5, time.Minute), LeaseTTL: time.Minute,

@@ -32,32 +32,37 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// PolicySteps returns the retries of p as the policy alone asks for them: the wait after
-// attempt n is at least its shortest delay and at most its longest (RetryPolicy.DelayRange:
-// jitter only ever shortens an exponential delay, so the longest is its unjittered value).
+// PolicySteps returns the delayed retries of p as the policy alone asks for them: the wait
+// after delivery n (its last attempt, attempt After) is at least its shortest delay and at most
+// its longest (RetryPolicy.DelayRange: jitter only ever shortens an exponential delay, so the
+// longest is its unjittered value). Immediate attempts wait nothing and have no step: with
+// RetryPolicy.Immediate 1 and MaxAttempts 5 the steps come after attempts 2 and 4.
 func PolicySteps(p millrace.RetryPolicy) []Step {
-	if p.Backoff == nil || p.MaxAttempts < 2 {
+	retries := p.DelayedRetries()
+	if p.Backoff == nil || retries < 1 {
 		return nil
 	}
-	steps := make([]Step, 0, p.MaxAttempts-1)
-	for n := 1; n < p.MaxAttempts; n++ {
+	steps := make([]Step, 0, retries)
+	for n := 1; n <= retries; n++ {
 		lo, hi := p.DelayRange(n)
-		steps = append(steps, Step{After: n, Min: Duration(lo), Max: Duration(hi)})
+		last := min(p.FirstAttemptOf(n+1)-1, p.MaxAttempts)
+		steps = append(steps, Step{After: last, Min: Duration(lo), Max: Duration(hi)})
 	}
 	return steps
 }
 
-// GiveUp bounds the time from the start of the first of attempts to its dead letter: the
-// retries' waits (steps), and each attempt taking nothing (Min) or its whole budget (Max). A
-// budget of 0 leaves the attempts' time unbounded.
-func GiveUp(attempts int, steps []Step, budget time.Duration) Range {
+// GiveUp bounds the time from the start of the first of deliveries to its dead letter: the
+// retries' waits (steps), and each delivery taking nothing (Min) or its whole budget (Max:
+// the immediate attempts of a delivery share its budget). A budget of 0 leaves the
+// deliveries' time unbounded. Pass RetryPolicy.Deliveries() (MaxAttempts when Immediate is 0).
+func GiveUp(deliveries int, steps []Step, budget time.Duration) Range {
 	var r Range
 	for _, s := range steps {
 		r.Min = Duration(satmath.Add(time.Duration(r.Min), time.Duration(s.Min)))
 		r.Max = Duration(satmath.Add(time.Duration(r.Max), time.Duration(s.Max)))
 	}
-	if budget > 0 && attempts > 0 {
-		r.Max = Duration(satmath.Add(time.Duration(r.Max), satmath.Mul(attempts, budget)))
+	if budget > 0 && deliveries > 0 {
+		r.Max = Duration(satmath.Add(time.Duration(r.Max), satmath.Mul(deliveries, budget)))
 	}
 	r.Unbounded = budget <= 0
 	return r

@@ -83,7 +83,8 @@ type Setting struct {
 // Step is one retry as the broker applies it: the wait from the failure of attempt After to
 // the start of attempt After+1.
 type Step struct {
-	// After is the attempt whose failure it follows, 1 to MaxAttempts-1.
+	// After is the attempt whose failure it follows, 1 to MaxAttempts-1: the last attempt of a
+	// delivery (with RetryPolicy.Immediate, immediate attempts have no step).
 	After int `json:"after_attempt"`
 	// Min and Max bound the wait: the policy's delay (jitter gives the range), rounded or
 	// tiered as the broker does, plus the broker's scheduling resolution.

@@ -485,3 +485,22 @@ func TestCheckError(t *testing.T) {
 		t.Errorf("JSON lacks check_error:\n%s", buf.String())
 	}
 }
+
+// TestPolicyStepsWithImmediateAttempts: with Immediate 1 and MaxAttempts 5 the message gets 3
+// deliveries (attempts 1-2, 3-4, 5) and 2 delayed retries, after attempts 2 and 4; the give-up
+// bound counts one budget per delivery, not per attempt.
+func TestPolicyStepsWithImmediateAttempts(t *testing.T) {
+	p := millrace.RetryPolicy{MaxAttempts: 5, Immediate: 1, Backoff: millrace.Delays{10 * time.Second, 20 * time.Second}}
+	steps := plan.PolicySteps(p)
+	if len(steps) != 2 || steps[0].After != 2 || steps[1].After != 4 ||
+		time.Duration(steps[0].Min) != 10*time.Second || time.Duration(steps[1].Max) != 20*time.Second {
+		t.Fatalf("steps %+v, want after attempts 2 (10s) and 4 (20s)", steps)
+	}
+	g := plan.GiveUp(p.Deliveries(), steps, time.Second)
+	if time.Duration(g.Min) != 30*time.Second || time.Duration(g.Max) != 33*time.Second {
+		t.Fatalf("give-up %+v, want 30s to 33s (three deliveries of a 1s budget)", g)
+	}
+	if odd := plan.PolicySteps(millrace.RetryPolicy{MaxAttempts: 4, Immediate: 1, Backoff: millrace.Fixed(time.Second)}); len(odd) != 1 || odd[0].After != 2 {
+		t.Fatalf("MaxAttempts 4, Immediate 1: steps %+v, want one after attempt 2 (the last delivery makes attempts 3 and 4)", odd)
+	}
+}

@@ -85,7 +85,7 @@ func Build(spec Spec, brokers []BrokerResult) Report {
 			b.SetTrait(TraitGiveUp, InvalidValue)
 			continue
 		}
-		g := GiveUp(spec.Policy.MaxAttempts, b.Steps, time.Duration(b.Budget))
+		g := GiveUp(spec.Policy.Deliveries(), b.Steps, time.Duration(b.Budget))
 		b.GiveUp = &g
 		b.SetTrait(TraitGiveUp, g.String())
 	}

@@ -100,7 +100,7 @@ func planConfig(cfg Config, cfgErr error, durable string, spec plan.Spec) plan.B
 		bp.Steps[i].Max += plan.Duration(cfg.ProcessingBudget)
 		bp.Steps[i].Via = "stream " + work + " (the message stays pending: NakWithDelay), then up to one processing budget in the pull buffer"
 	}
-	giveUp := plan.GiveUp(spec.Policy.MaxAttempts, bp.Steps, time.Duration(bp.Budget))
+	giveUp := plan.GiveUp(spec.Policy.Deliveries(), bp.Steps, time.Duration(bp.Budget))
 	bp.Topology = []plan.Resource{
 		{Kind: kindStream, Name: work, Role: "work, subject " + spec.Topic, Settings: workStreamSettings(spec.Topic, giveUp)},
 		{Kind: kindConsumer, Name: durable, Role: "durable pull consumer of stream " + work + ", joined by every subscription", Settings: consumerSettings(cfg, spec.Topic)},
@@ -177,7 +177,7 @@ func (b *urlBroker) Check(ctx context.Context, spec plan.Spec, want plan.BrokerP
 	if err := b.a.checkTopic(spec.Topic); err != nil {
 		return nil, err
 	}
-	giveUp := plan.GiveUp(spec.Policy.MaxAttempts, want.Steps, time.Duration(want.Budget))
+	giveUp := plan.GiveUp(spec.Policy.Deliveries(), want.Steps, time.Duration(want.Budget))
 	cfg := b.a.cfg
 	var ms []plan.Mismatch
 	work, err := b.checkStream(ctx, cfg.StreamName(spec.Topic), spec.Topic, false, giveUp, &ms)
