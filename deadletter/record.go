@@ -27,6 +27,9 @@
 // line break); the bounds (MaxErrorTypes, MaxErrorTypeText, MaxErrorTypesBytes,
 // MaxPanicStackBytes) hold for the value as written and keep a record within every broker's
 // limits: with the error text a record adds at most about 12 KiB of fields to the message.
+// Where a dead letter would exceed a broker's limit with them (an SQS queue's maximum message
+// size, a RabbitMQ frame, NATS's max_payload), the adapter leaves out the stack, then the
+// error types, whole, before anything else.
 //
 // The original metadata is untrusted: a foreign producer may send keys of its own that start
 // with millrace-dlq-. Such a key is written as EscapePrefix + key (see EscapeKey), so it never
