@@ -51,7 +51,8 @@ func (t *Telemetry) ObserveBacklog(r millrace.BacklogReporter, broker, topic str
 		return nil, g.err
 	}
 	attrs := []attribute.KeyValue{KeyMessagingSystem.String(broker), KeyDestination.String(topic)}
-	bt := &backlogTopic{r: r, attrs: attrs, set: metric.WithAttributeSet(attribute.NewSet(attrs...))}
+	// attribute.NewSet sorts the slice it is given: give it a copy, attrs[0] stays the broker.
+	bt := &backlogTopic{r: r, attrs: attrs, set: metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue(nil), attrs...)...))}
 	g.mu.Lock()
 	if logger != nil && g.logger == nil {
 		g.logger = logger

@@ -52,7 +52,7 @@ var promNames = map[string]family{
 	"millrace.retries.waiting":      {"millrace_retries_waiting", dto.MetricType_GAUGE, "example", topicLabels},
 	"millrace.dead_letter.depth":    {"millrace_dead_letter_depth", dto.MetricType_GAUGE, "example", topicLabels},
 	// Only a broker with partitions (Kafka) reports it: the memory adapter has none.
-	"millrace.partition.lag": {"millrace_partition_lag", dto.MetricType_GAUGE, "partitions", []string{"messaging_destination_name", "messaging_destination_partition_id"}},
+	"millrace.partition.lag": {"millrace_partition_lag", dto.MetricType_GAUGE, "partitions", []string{"messaging_system", "messaging_destination_name", "messaging_destination_partition_id"}},
 	// The idempotency guard's counters (idempotency.RouterGuard.Instrument).
 	"millrace.idempotency.claims":    {"millrace_idempotency_claims_total", dto.MetricType_COUNTER, "example", handlerLabels("millrace_result")},
 	"millrace.idempotency.fail_open": {"millrace_idempotency_fail_open_total", dto.MetricType_COUNTER, "example", handlerLabels()},
@@ -71,8 +71,7 @@ func handlerLabels(extra ...string) []string {
 }
 
 // checkLabels checks that the series of mf carry exactly f's labels, the exporter's
-// otel_scope_* (and a histogram's le) aside. The partition lag's messaging_system is allowed
-// and logged when missing (telemetry/backlog.go drops it: see TestNameCheckScrapes).
+// otel_scope_* (and a histogram's le) aside.
 func checkLabels(t *testing.T, otel string, f family, mf *dto.MetricFamily) {
 	t.Helper()
 	got := map[string]bool{}
@@ -86,12 +85,6 @@ func checkLabels(t *testing.T, otel string, f family, mf *dto.MetricFamily) {
 	want := map[string]bool{}
 	for _, l := range f.labels {
 		want[l] = true
-	}
-	if f.name == "millrace_partition_lag" {
-		if !got["messaging_system"] {
-			t.Logf("%s has no messaging_system label: telemetry/backlog.go's partition points take bt.attrs[0], which attribute.NewSet has sorted in place (messaging.destination.name comes first)", f.name)
-		}
-		delete(got, "messaging_system")
 	}
 	for l := range want {
 		if !got[l] {
