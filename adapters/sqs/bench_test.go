@@ -103,7 +103,7 @@ var benchRounds = flag.Int("sqs.rounds", 5, "BenchmarkConsumeAnchors: interleave
 // millrace-8 to each anchor (same round, seconds apart), and reports the medians. go test's
 // first run with b.N = 1 reports nothing. Run it as
 //
-//	source .ci/services/sqs.sh && go test ./adapters/sqs -run '^$' -bench ConsumeAnchors -benchtime 5000x -count 1
+//	source .ci/services/sqs.sh && go test ./adapters/sqs -run '^$' -bench ConsumeAnchors -benchtime 3000x -count 1 -sqs.rounds 7
 func BenchmarkConsumeAnchors(b *testing.B) {
 	endpoint(b)
 	type variant struct {

@@ -290,7 +290,7 @@
 // (ReceiveMessage of 10 and DeleteMessageBatch, 1 and 8 pollers) and watermill-aws's
 // subscriber behind a Watermill router, and logs min / median / max of each ratio:
 //
-//	source .ci/services/sqs.sh && go test ./adapters/sqs -run '^$' -bench ConsumeAnchors -benchtime 5000x -count 1
+//	source .ci/services/sqs.sh && go test ./adapters/sqs -run '^$' -bench ConsumeAnchors -benchtime 3000x -count 1 -sqs.rounds 7
 //
 // # Testing
 //

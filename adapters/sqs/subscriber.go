@@ -237,7 +237,7 @@ func (sub *subscription) poll(ctx context.Context) {
 			continue
 		}
 		msgs := res.Messages
-		if len(msgs) > n { // never from SQS; a slot per message all the same
+		if len(msgs) > n { // never from SQS: the surplus holds no slot and is given back at once
 			a.cfg.Logger.ErrorContext(ctx, "millrace sqs: the endpoint returned more messages than asked for; the surplus is given back",
 				"queue", sub.url, "asked", n, "got", len(msgs))
 			for _, m := range msgs[n:] {
