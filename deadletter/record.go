@@ -21,10 +21,15 @@
 //	                            | strings: at most 16, each at most 256 bytes, at most 1 KiB
 //	millrace-dlq-panic-stack    | for a recovered panic, its goroutine stack from the panic
 //	                            | on, a JSON string of at most 8 KiB, cut at a line boundary
+//	millrace-dlq-trace          | W3C traceparent of the span of the attempt that gave up
+//	                            | ("00-<trace id>-<span id>-<flags>", 55 bytes), tracing on
 //
-// The last two are absent when there is nothing to say (no error types, no panic). Their values
-// are JSON, one line, so that every broker carries them unchanged (a NATS header cannot hold a
-// line break); the bounds (MaxErrorTypes, MaxErrorTypeText, MaxErrorTypesBytes,
+// The last three are absent when there is nothing to say (no error types, no panic, no traced
+// span). The trace is written only when it is a valid traceparent (ValidTrace); as a record key
+// it survives on every broker, also where the dead letter is written from the broker's original
+// content (Redis Streams, NATS), which drops what an attempt added to the metadata. The error
+// types and stack are JSON, one line, so that every broker carries them unchanged (a NATS header
+// cannot hold a line break); the bounds (MaxErrorTypes, MaxErrorTypeText, MaxErrorTypesBytes,
 // MaxPanicStackBytes) hold for the value as written and keep a record within every broker's
 // limits: with the error text a record adds at most about 12 KiB of fields to the message.
 // Where a dead letter would exceed a broker's limit with them (an SQS queue's maximum message
@@ -77,6 +82,7 @@ const (
 	KeyMessageUUID   = "millrace-dlq-message-uuid"
 	KeyErrorTypes    = "millrace-dlq-error-types"
 	KeyPanicStack    = "millrace-dlq-panic-stack"
+	KeyTrace         = "millrace-dlq-trace"
 )
 
 // KeyPrefix starts every key a Record adds.
@@ -153,6 +159,12 @@ type Record struct {
 	// (*millrace.PanicError), the goroutine stack from the panic on; "" otherwise. Fields
 	// writes at most BoundPanicStack of it (8 KiB, cut at a line boundary).
 	PanicStack string
+	// Trace is the W3C traceparent ("00-<32 hex trace id>-<16 hex span id>-<2 hex flags>") of
+	// the span of the attempt that gave up, where telemetry traced it; "" otherwise (tracing
+	// off, a dead letter the broker wrote itself, a record written before it was recorded).
+	// Fields writes it only when ValidTrace holds; telemetry.RecordTrace reads it as a span
+	// context.
+	Trace string
 	// Native is the original message's content as the broker held it, where Payload and
 	// Metadata cannot hold it exactly: the fields of a Redis stream entry that was not a
 	// Watermill message, in stream order with repeated names kept. It is nil for a message
@@ -215,6 +227,9 @@ func (r Record) Fields() map[string]string {
 	if r.PanicStack != "" {
 		f[KeyPanicStack] = quote(BoundPanicStack(r.PanicStack))
 	}
+	if ValidTrace(r.Trace) {
+		f[KeyTrace] = r.Trace
+	}
 	return f
 }
 
@@ -223,8 +238,9 @@ var ErrNotDeadLetter = errors.New("deadletter: message carries no dead-letter re
 
 // FromMessage decodes the Record a dead-letter message carries. The payload is not copied.
 // It refuses a message without a valid reason, with an attempt count that is not a positive
-// decimal, with a failure time that is present but not RFC 3339, or with error types or a
-// panic stack that are present but not the JSON a Record writes; the error names the key.
+// decimal, with a failure time that is present but not RFC 3339, with error types or a
+// panic stack that are present but not the JSON a Record writes, or with a trace that is
+// present but not a valid traceparent (ValidTrace); the error names the key.
 // An absent failure time leaves the field zero. Error types and stack are bounded again as
 // Fields bounds them, whatever the message holds. Original keys escaped by EscapeKey come back
 // under their own names; other millrace-dlq-* keys are not part of the original metadata.
@@ -265,6 +281,11 @@ func FromMessage(msg *message.Message) (Record, error) {
 	}
 	if v, ok := md[KeyPanicStack]; ok {
 		if r.PanicStack, err = decodePanicStack(v); err != nil {
+			return Record{}, err
+		}
+	}
+	if v, ok := md[KeyTrace]; ok {
+		if r.Trace, err = decodeTrace(v); err != nil {
 			return Record{}, err
 		}
 	}
