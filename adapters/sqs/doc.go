@@ -311,8 +311,8 @@
 // roles, AWS_CA_BUNDLE); credentials are never in the URL. sqs+http://host:port is a local
 // endpoint (fauxqs, LocalStack, ElasticMQ) with dummy credentials. The query parameters region,
 // visibility, processing_budget (required to consume: the router's Budget), give_up (send or
-// redrive), create (default true on sqs+http, false on sqs+https), dlq_suffix and wait_time set
-// the Config fields of the same meaning; any other parameter, a path, user info or a fragment is
+// redrive), create (default true on sqs+http, false on sqs+https), dlq_suffix, wait_time, window
+// and pollers set the Config fields of the same meaning; any other parameter, a path, user info or a fragment is
 // an error that names it. The dead-letter queue is a deadletter.Store (DeadLetterStore);
 // `millrace dlq topics` lists the queues named <queue>-dlq with their approximate depths;
 // `millrace plan --check` reads the queues' attributes and RedrivePolicy.

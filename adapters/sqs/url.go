@@ -36,7 +36,7 @@ func init() { brokerurl.Register(urlDriver{}) }
 //	sqs+http://host:port[?region=us-east-1]             a local endpoint, dummy credentials
 //
 // with &visibility=60s&processing_budget=50s&give_up=send|redrive&create=true|false
-// &dlq_suffix=-dlq&wait_time=20s setting the Config fields of the same meaning. create defaults
+// &dlq_suffix=-dlq&wait_time=20s&window=32&pollers=2 setting the Config fields of the same meaning. create defaults
 // to true on sqs+http and false on sqs+https. processing_budget is required unless the broker is
 // opened with Options.NoConsume. The region signs the requests: the region parameter, else the
 // one in an AWS host name, else (sqs+https to another host, such as a VPC endpoint) the default
@@ -61,6 +61,8 @@ func configFromURL(u *url.URL, opts brokerurl.Options) (Config, error) {
 		CreateQueues:      p.Bool("create", scheme == "sqs+http"),
 		DeadLetterSuffix:  p.String("dlq_suffix", ""),
 		WaitTime:          p.Duration("wait_time", 0),
+		Window:            p.Int("window", 0),
+		Pollers:           p.Int("pollers", 0),
 		Logger:            opts.LoggerOrDiscard(),
 	}
 	switch p.OneOf("give_up", "send", "send", "redrive") {
@@ -128,6 +130,8 @@ var configFieldParams = map[string]string{
 	"sqs.Config.CreateQueues":      "create",
 	"sqs.Config.DeadLetterSuffix":  "dlq_suffix",
 	"sqs.Config.WaitTime":          "wait_time",
+	"sqs.Config.Window":            "window",
+	"sqs.Config.Pollers":           "pollers",
 	"sqs.Config.GiveUp":            "give_up",
 }
 

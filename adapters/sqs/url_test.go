@@ -44,7 +44,7 @@ func mustParseURL(t *testing.T, raw string) *url.URL {
 // scheme.
 func TestURLParametersReachConfig(t *testing.T) {
 	cfg, err := configFromURL(mustParseURL(t, "sqs+https://sqs.eu-west-1.amazonaws.com?region=eu-central-1&visibility=90s"+
-		"&processing_budget=80s&give_up=redrive&create=true&dlq_suffix=_dead&wait_time=5s"), brokerurl.Options{})
+		"&processing_budget=80s&give_up=redrive&create=true&dlq_suffix=_dead&wait_time=5s&window=8&pollers=3"), brokerurl.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,6 +60,8 @@ func TestURLParametersReachConfig(t *testing.T) {
 		{"CreateQueues", cfg.CreateQueues, true},
 		{"DeadLetterSuffix", cfg.DeadLetterSuffix, "_dead"},
 		{"WaitTime", cfg.WaitTime, 5 * time.Second},
+		{"Window", cfg.Window, 8},
+		{"Pollers", cfg.Pollers, 3},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
@@ -102,6 +104,9 @@ func TestURLRefusals(t *testing.T) {
 		{"sqs+http://h:1?processing_budget=1s&visibility=13h", brokerurl.ErrInvalidURL, []string{`sqs+http:// parameter visibility="13h" (sqs.Config.VisibilityTimeout) must be whole seconds between 1s and 12h`}},
 		// The rule names the other field by its parameter, here at its default (60s).
 		{"sqs+http://h:1?processing_budget=60s", brokerurl.ErrInvalidURL, []string{`sqs+http:// parameter processing_budget="60s" (sqs.Config.ProcessingBudget) must be at most visibility (1m0s)`}},
+		{"sqs+http://h:1?processing_budget=1s&window=4&pollers=5", millrace.ErrInvalidConfig, []string{`sqs+http:// parameter pollers="5" (sqs.Config.Pollers) must be at most window (4)`}},
+		{"sqs+http://h:1?processing_budget=1s&window=2000", millrace.ErrInvalidConfig, []string{`sqs+http:// parameter window="2000" (sqs.Config.Window) must be between 1 and 1024`}},
+		{"sqs+http://h:1?processing_budget=1s&window=many", brokerurl.ErrInvalidURL, []string{"window"}},
 		{"sqs+http://h:1?processing_budget=1s&region=a&region=b", brokerurl.ErrInvalidURL, []string{"region", "more than once"}},
 	} {
 		_, err := urlConfig(mustParseURL(t, c.url), brokerurl.Options{})
