@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/deadletter"
@@ -171,7 +172,19 @@ func record(msg *message.Message, reason deadletter.Reason, cause error, attempt
 	if called {
 		rec.ErrorTypes, rec.PanicStack = deadletter.ErrorTypes(cause), panicStack(cause)
 	}
+	rec.Trace = traceparent(trace.SpanContextFromContext(msg.Context()))
 	return rec
+}
+
+// traceparent is the W3C traceparent of the delivery's span, which telemetry's Outer (outside
+// Poison) put in the message context; "" without one (tracing off). It goes into the record
+// itself, not only the metadata: adapters that write the dead letter from the broker's original
+// content (Redis Streams, NATS) drop what the attempt wrote into the metadata.
+func traceparent(sc trace.SpanContext) string {
+	if !sc.IsValid() {
+		return ""
+	}
+	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
 }
 
 // panicStack returns the stack of the recovered panic in cause's chain, from the panic on
