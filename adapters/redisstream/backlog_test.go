@@ -123,3 +123,56 @@ func TestBacklogWithoutGroupOrStream(t *testing.T) {
 	t.Cleanup(func() { c.Del(context.Background(), stream) })
 	wantBacklog(t, "no group", readBacklog(t, a, stream), millrace.Backlog{Waiting: millrace.Unknown, InFlight: millrace.Unknown})
 }
+
+// TestBacklogOverRESP2: the XINFO GROUPS reply is read the same over RESP2 (flat field lists)
+// as over RESP3 (maps, the client's default).
+func TestBacklogOverRESP2(t *testing.T) {
+	t.Parallel()
+	opts, err := redis.ParseURL(redisURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	testClient(t) // skips (fails in CI) when Redis is unreachable
+	opts.Protocol = 2
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	cfg := testConfig()
+	cfg.Client = c
+	a := newTestAdapter(t, cfg)
+	stream := uniqueStream(t)
+	ctx := context.Background()
+	if err := a.Provision(ctx, stream, millrace.RetryPolicy{MaxAttempts: 2, Backoff: millrace.Fixed(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := a.Publisher().Publish(stream, message.NewMessage(watermill.NewUUID(), []byte("x"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantBacklog(t, "RESP2", readBacklog(t, a, stream), millrace.Backlog{Waiting: 3})
+}
+
+// TestFindGroupReadsUntrustedReplies: fields of another type, a nil or negative lag, and
+// other groups are not counts; a reply that is not a list is an error.
+func TestFindGroupReadsUntrustedReplies(t *testing.T) {
+	resp2 := []any{
+		[]any{"name", "other", "pending", int64(9), "lag", int64(9)},
+		[]any{"name", "g", "pending", int64(4), "lag", nil, "odd"},
+	}
+	g, ok, err := findGroup(resp2, "g")
+	if err != nil || !ok || !g.hasPending || g.pending != 4 || g.hasLag {
+		t.Fatalf("RESP2 nil lag: %+v %v %v", g, ok, err)
+	}
+	resp3 := []any{map[any]any{"name": "g", "pending": "4", "lag": int64(-1)}}
+	if g, ok, err = findGroup(resp3, "g"); err != nil || !ok || g.hasPending || g.hasLag {
+		t.Fatalf("RESP3 string pending, negative lag: %+v %v %v", g, ok, err)
+	}
+	if _, ok, err = findGroup([]any{}, "g"); ok || err != nil {
+		t.Fatalf("no groups: %v %v", ok, err)
+	}
+	for _, bad := range []any{"ERR", int64(1), []any{"name"}} {
+		if _, _, err := findGroup(bad, "g"); err == nil {
+			t.Errorf("reply %#v: no error", bad)
+		}
+	}
+}
