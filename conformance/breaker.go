@@ -142,7 +142,7 @@ func runOutage(t *testing.T, h Harness, opts Options, breaker bool) outageRun {
 		Policy:   policy,
 		LeaseTTL: window * 3 / 4,
 		Budget:   window / 2,
-		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:   slog.New(slog.NewTextHandler(testOutput(t), &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		t.Fatalf("idempotency.New: %v", err)

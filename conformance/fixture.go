@@ -72,7 +72,7 @@ func (f *fixture) run(cfg router.Config, h router.HandlerFunc) {
 	if cfg.Adapter == nil {
 		cfg.Adapter = f.adapter
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(f.t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.Logger = slog.New(slog.NewTextHandler(testOutput(f.t), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.CloseTimeout = 5 * time.Second
 	r, err := router.New(cfg)
 	if err != nil {
