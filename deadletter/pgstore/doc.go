@@ -25,6 +25,7 @@
 //	native           | jsonb       | Native (NULL = none): see below
 //	error_types      | text[]      | ErrorTypes (NULL = none), bounded by deadletter.BoundErrorTypes
 //	panic_stack      | text        | PanicStack ('' = none), bounded by deadletter.BoundPanicStack
+//	trace            | text        | Trace (NULL = none), a traceparent checked by deadletter.ValidTrace
 //
 // Payload and metadata round-trip exactly. So does Native, the original content as the broker
 // held it where Payload and Metadata cannot hold it (a foreign Redis entry's fields, Kafka
@@ -37,6 +38,11 @@
 // error_types and panic_stack (schema version 3) hold ErrorTypes and PanicStack within the
 // bounds of package deadletter, applied again when a row is read; a row written before version 3
 // reads back with neither.
+//
+// trace (schema version 4) holds Trace, the W3C traceparent of the span of the attempt that gave
+// up: Put writes it only when deadletter.ValidTrace holds (NULL otherwise), the table CHECKs that
+// layout for every row written since, and a row is validated again when read (a value that is
+// not a valid traceparent reads back as no trace). A row written before version 4 has none.
 //
 // attempts is at least 1: Put refuses a record with fewer, and the table CHECKs it for every
 // row written since schema version 2. A row that breaks it (written by an older build or by

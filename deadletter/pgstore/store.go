@@ -89,7 +89,7 @@ func (s *Store) Close() error {
 
 const columns = `id, stored_at, message_uuid, reason, attempts, last_error, original_topic, original_key,
 	broker, native_id, handler, first_failure_at, last_failure_at, payload, metadata, metadata_binary, native,
-	error_types, panic_stack`
+	error_types, panic_stack, trace`
 
 // Put inserts rec; a delivery already stored (same broker, topic, native id and UUID) returns
 // the existing row's ID.
@@ -113,7 +113,7 @@ func (s *Store) Put(ctx context.Context, rec deadletter.Record) (string, error) 
 		text(rec.UUID), string(rec.Reason), rec.Attempts, text(rec.LastError), text(rec.OriginalTopic),
 		text(rec.OriginalKey), text(rec.Broker), text(rec.NativeID), text(rec.Handler),
 		nullTime(rec.FirstFailureAt), nullTime(rec.LastFailureAt), payload, md, mdBin, native,
-		errorTypes(rec.ErrorTypes), deadletter.BoundPanicStack(rec.PanicStack),
+		errorTypes(rec.ErrorTypes), deadletter.BoundPanicStack(rec.PanicStack), traceColumn(rec.Trace),
 	}
 	// ON CONFLICT names the partial unique index's columns and predicate; DO NOTHING returns no
 	// row, and the existing one is read in the same statement.
@@ -122,8 +122,8 @@ func (s *Store) Put(ctx context.Context, rec deadletter.Record) (string, error) 
 		return s.db.QueryRow(ctx, `WITH ins AS (
 	INSERT INTO `+s.table+` (message_uuid, reason, attempts, last_error, original_topic, original_key,
 		broker, native_id, handler, first_failure_at, last_failure_at, payload, metadata, metadata_binary, native,
-		error_types, panic_stack)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+		error_types, panic_stack, trace)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
 	ON CONFLICT (broker, original_topic, native_id, message_uuid) WHERE native_id <> '' DO NOTHING
 	RETURNING id
 )
@@ -310,10 +310,11 @@ func scanEntries(rows pgx.Rows) ([]deadletter.Entry, error) {
 			native       []byte
 			errTypes     []string
 			stack        string
+			traceparent  *string
 		)
 		if err := rows.Scan(&id, &e.StoredAt, &r.UUID, &reason, &r.Attempts, &r.LastError, &r.OriginalTopic,
 			&r.OriginalKey, &r.Broker, &r.NativeID, &r.Handler, &first, &last, &r.Payload, &md, &mdBinary, &native,
-			&errTypes, &stack); err != nil {
+			&errTypes, &stack, &traceparent); err != nil {
 			return nil, err
 		}
 		e.ID = strconv.FormatInt(id, 10)
@@ -326,6 +327,10 @@ func scanEntries(rows pgx.Rows) ([]deadletter.Entry, error) {
 		}
 		// Bounded again: the row may have been written by hand.
 		r.ErrorTypes, r.PanicStack = deadletter.BoundErrorTypes(errTypes), deadletter.BoundPanicStack(stack)
+		if traceparent != nil {
+			// Validated again: a row from before the CHECK (NOT VALID) may hold anything.
+			r.Trace = deadletter.BoundTrace(*traceparent)
+		}
 		var err error
 		if r.Metadata, err = joinMetadata(md, mdBinary); err != nil {
 			return nil, fmt.Errorf("row %d: %w", id, err)
@@ -372,4 +377,13 @@ func errorTypes(types []string) []string {
 		return b
 	}
 	return nil
+}
+
+// traceColumn is the trace column of a record's Trace: NULL unless it is a valid traceparent
+// (deadletter.ValidTrace), which is what the record would write under deadletter.KeyTrace.
+func traceColumn(v string) *string {
+	if !deadletter.ValidTrace(v) {
+		return nil
+	}
+	return &v
 }

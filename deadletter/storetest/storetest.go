@@ -86,6 +86,7 @@ func Sample(i int, topic string, reason deadletter.Reason) deadletter.Record {
 		ErrorTypes:     []string{"*fmt.wrapError", "*millrace.PanicError", `struct { A int "json:\"a\"" }`},
 		PanicStack: fmt.Sprintf("goroutine %d [running]:\npanic({0x8d4e40?, 0xc00012a000?})\n\t/usr/local/go/src/runtime/panic.go:860 +0x13a\n"+
 			"example.com/app.handle(...)\n\t/src/app/\"quoted\" \\dir/handler.go:42 +0x1d\n", i),
+		Trace: fmt.Sprintf("00-4bf92f3577b34da6a3ce929d0e0e%04x-00f067aa0ba9%04x-01", i&0xffff, i&0xffff),
 	}
 }
 
@@ -140,6 +141,8 @@ func Equal(got, want deadletter.Record) string {
 		return fmt.Sprintf("error types %q, want %q", got.ErrorTypes, want.ErrorTypes)
 	case got.PanicStack != want.PanicStack:
 		return fmt.Sprintf("panic stack %q, want %q", got.PanicStack, want.PanicStack)
+	case got.Trace != want.Trace:
+		return fmt.Sprintf("trace %q, want %q", got.Trace, want.Trace)
 	}
 	return ""
 }
@@ -160,6 +163,16 @@ func testRoundTrip(t *testing.T, s deadletter.Store, _ Options) {
 	}
 	if n, err := s.Count(ctx, deadletter.Filter{}); err != nil || n != 1 {
 		t.Fatalf("Count = %d, %v; want 1", n, err)
+	}
+	// Tracing off: a record without a trace comes back without one.
+	untraced := Sample(4, "orders", deadletter.Exhausted)
+	untraced.Trace = ""
+	e, err = s.Get(ctx, put(t, s, untraced))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := Equal(e.Record, untraced); d != "" {
+		t.Fatalf("record without a trace: %s", d)
 	}
 }
 
