@@ -39,7 +39,8 @@ const FallbackMaxMessageSize = 256 * 1024
 //   - when the message exceeds limit bytes (SQS's size: body, attribute names, types and values),
 //     the record gives way before the original content: the panic stack and then the error
 //     types are left out (whole: they are JSON, which a cut would make unreadable); record
-//     fields other than the reason and attempts are cut to 256 and then 32 bytes; then only the reason and attempts stay;
+//     fields other than the reason and attempts are cut to 256 and then 32 bytes (the trace, a
+//     55-byte traceparent, is left out whole instead); then only the reason and attempts stay;
 //     then the record and UUID are left out, so the original body and attributes travel whole
 //     (deadletter.FromMessage then cannot read a record, but nothing of the message is lost);
 //     only then are original metadata entries dropped, largest first. KeyTrimmed says what was
@@ -91,7 +92,11 @@ func deadLetterMessage(msg *message.Message, limit int, types map[string]string)
 	for _, n := range []int{256, 32} {
 		for _, k := range slices.Sorted(maps.Keys(record)) {
 			if k != deadletter.KeyReason && k != deadletter.KeyAttempts && k != KeyTrimmed && len(record[k]) > n {
-				record[k] = truncateUTF8(record[k], n)
+				if k == deadletter.KeyTrace {
+					delete(record, k) // left out whole: FromMessage refuses a part of a traceparent
+				} else {
+					record[k] = truncateUTF8(record[k], n)
+				}
 				if !slices.Contains(cut, k) {
 					cut = append(cut, k)
 				}
