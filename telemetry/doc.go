@@ -36,7 +36,10 @@
 // number, the outcome and reason, the retry delay, the message UUID and the broker's native id.
 // Each span writes its own context under AttemptTraceHeader. Where a retry is a new copy of
 // the message (Kafka, memory, RabbitMQ when it republishes to a delay tier) the next attempt's
-// span links to it, and every dead letter carries the last attempt's (LinkedAttempt reads it).
+// span links to it (LinkedAttempt reads it). Every dead letter millrace writes records the last
+// attempt's span context, on every adapter, in the record itself (deadletter.Record.Trace, key
+// millrace-dlq-trace, a W3C traceparent whatever the propagator): RecordTrace reads it, and
+// `millrace dlq show` prints its trace and span id.
 // Where the broker redelivers the original itself (Redis Streams, SQS, NATS, and RabbitMQ's
 // rejection into the queue's own dead-letter tier) attempts are siblings under the producer's
 // span without links: the message cannot change between deliveries.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/memory"
+	"github.com/millrace/millrace/deadletter"
 	"github.com/millrace/millrace/router"
 	"github.com/millrace/millrace/telemetry"
 )
@@ -250,6 +251,14 @@ func TestSpansLinkAcrossRetriesAndDeadLetter(t *testing.T) {
 	if got := telemetry.LinkedAttempt(dls[0].Metadata); got.SpanID() != byAttempt[3].SpanContext().SpanID() {
 		t.Errorf("dead letter links span %s, want the last attempt's %s", got.SpanID(), byAttempt[3].SpanContext().SpanID())
 	}
+	rec, err := deadletter.FromMessage(dls[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := telemetry.RecordTrace(rec), byAttempt[3].SpanContext(); got.SpanID() != want.SpanID() || got.TraceID() != want.TraceID() ||
+		got.TraceFlags() != want.TraceFlags() || rec.Trace != "00-"+want.TraceID().String()+"-"+want.SpanID().String()+"-01" {
+		t.Errorf("dead letter record trace %q (%s/%s), want the last attempt's %s/%s", rec.Trace, got.TraceID(), got.SpanID(), want.TraceID(), want.SpanID())
+	}
 	if dls[0].Metadata.Get("traceparent") != producer {
 		t.Errorf("the producer's traceparent was rewritten: %q", dls[0].Metadata.Get("traceparent"))
 	}
@@ -336,6 +345,25 @@ func TestBacklogGauges(t *testing.T) {
 	if sums, _, _ := o.collect(t); len(sums) > 0 {
 		if _, ok := sums["millrace.backlog.waiting"]; ok {
 			t.Errorf("gauges still observed after the router stopped: %v", sums)
+		}
+	}
+}
+
+// RecordTrace reads a record's traceparent as a remote span context, and gives an invalid one
+// for a record without a valid trace, whatever its metadata carries.
+func TestRecordTrace(t *testing.T) {
+	sc := telemetry.RecordTrace(deadletter.Record{Trace: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})
+	if !sc.IsValid() || !sc.IsRemote() || !sc.IsSampled() || sc.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || sc.SpanID().String() != "00f067aa0ba902b7" {
+		t.Fatalf("RecordTrace = %+v", sc)
+	}
+	if sc := telemetry.RecordTrace(deadletter.Record{Trace: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"}); !sc.IsValid() || sc.IsSampled() {
+		t.Fatalf("unsampled: %+v", sc)
+	}
+	attempt := map[string]string{telemetry.AttemptTraceHeader + "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+	for _, v := range []string{"", "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra"} {
+		if sc := telemetry.RecordTrace(deadletter.Record{Trace: v, Metadata: attempt}); sc.IsValid() {
+			t.Errorf("RecordTrace(%q) = %+v, want invalid", v, sc)
 		}
 	}
 }

@@ -7,13 +7,17 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/millrace/millrace/deadletter"
 )
 
 // AttemptTraceHeader prefixes the metadata keys that carry an attempt's span context
 // ("millrace-attempt-traceparent", "millrace-attempt-tracestate" with the W3C propagator). Outer
 // writes them on each delivery; an adapter that retries with a new copy of the message (Kafka,
-// memory, RabbitMQ when it republishes to a delay tier) and every dead letter carry the
-// metadata on, so the next attempt's span and the dead letter link to the attempt before. The
+// memory, RabbitMQ when it republishes to a delay tier) carries the metadata on, so the next
+// attempt's span links to the attempt before. A dead letter records the last attempt's span
+// context in its record instead (deadletter.Record.Trace, read by RecordTrace), which survives
+// on every adapter, also where the dead letter is the broker's original content. The
 // producer's own trace context ("traceparent") is read, never rewritten: every attempt is a
 // child of the producer's span. Where the broker redelivers the original itself (Redis
 // Streams, SQS, NATS, and RabbitMQ's rejection into the queue's own dead-letter tier), the
@@ -74,9 +78,25 @@ func (h *Handler) startSpan(ctx context.Context, msg *message.Message) (context.
 	return ctx, span
 }
 
-// LinkedAttempt returns the span context of the attempt a message (a retry copy or a dead
-// letter) carries under AttemptTraceHeader, read with the W3C trace-context propagator;
-// invalid when it carries none. `millrace dlq show` prints its trace id.
+// LinkedAttempt returns the span context of the attempt a message carries under
+// AttemptTraceHeader, read with the W3C trace-context propagator; invalid when it carries none.
+// Use it for a retry copy (the next attempt's span links to it). For a dead letter use
+// RecordTrace: the metadata of a dead letter carries the attempt's context only where the
+// adapter wrote it from the message as the handler saw it (memory, Kafka, RabbitMQ), not where
+// it copies the broker's original content (Redis Streams, NATS).
 func LinkedAttempt(md message.Metadata) trace.SpanContext {
 	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), attemptCarrier(md)))
+}
+
+// RecordTrace returns the span context of the attempt that gave up a dead letter, read from
+// its record (rec.Trace, the record key deadletter.KeyTrace, which every adapter and store
+// keeps); invalid when the record has none (tracing was off, or the record was written before
+// it was recorded) or it is not a valid traceparent. The context is remote, as read from a
+// traceparent: use it as a span link, or print its trace id (as `millrace dlq show` does).
+func RecordTrace(rec deadletter.Record) trace.SpanContext {
+	if !deadletter.ValidTrace(rec.Trace) {
+		return trace.SpanContext{}
+	}
+	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(),
+		propagation.MapCarrier{"traceparent": rec.Trace}))
 }
