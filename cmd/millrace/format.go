@@ -42,6 +42,15 @@ type entryJSON struct {
 	ErrorTypes []string `json:"error_types,omitempty"`
 	// PanicStack is a recovered panic's stack, where there was one. In show only.
 	PanicStack string `json:"panic_stack,omitempty"`
+	// Trace is the span of the attempt that gave up, where it was traced.
+	Trace *traceJSON `json:"trace,omitempty"`
+}
+
+// traceJSON is a record's trace: the traceparent as recorded, and its trace and span ids.
+type traceJSON struct {
+	Traceparent string `json:"traceparent"`
+	TraceID     string `json:"trace_id"`
+	SpanID      string `json:"span_id"`
 }
 
 // fieldJSON is one native field: value base64 always, and as text too when it is valid UTF-8;
@@ -67,6 +76,9 @@ func toJSON(e deadletter.Entry, withPayload bool) entryJSON {
 	}
 	// Bounded again: a store's content is untrusted.
 	j.ErrorTypes = deadletter.BoundErrorTypes(r.ErrorTypes)
+	if traceID, spanID := deadletter.TraceIDs(r.Trace); traceID != "" {
+		j.Trace = &traceJSON{Traceparent: r.Trace, TraceID: traceID, SpanID: spanID}
+	}
 	if withPayload {
 		j.PanicStack = deadletter.BoundPanicStack(r.PanicStack)
 		j.Payload = r.Payload
@@ -135,7 +147,8 @@ func stackHead(lines []string) int {
 
 // writeDetail prints one entry: its fields, metadata, and payload as text or a hex dump; for a
 // record with Native content, every native field in order instead of payload and metadata. Of
-// a panic stack it prints the first stackHead lines, all of them with fullStack.
+// a panic stack it prints the first stackHead lines, all of them with fullStack. A trace (the
+// span of the attempt that gave up) is printed as its trace id and span id, only when valid.
 func writeDetail(w io.Writer, e deadletter.Entry, fullStack bool) {
 	r := e.Record
 	field := func(name, v string) { fmt.Fprintf(w, "%-15s %s\n", name+":", v) }
@@ -156,6 +169,9 @@ func writeDetail(w io.Writer, e deadletter.Entry, fullStack bool) {
 	field("Last failure", formatTime(r.LastFailureAt))
 	if !e.StoredAt.IsZero() {
 		field("Stored", formatTime(e.StoredAt))
+	}
+	if traceID, spanID := deadletter.TraceIDs(r.Trace); traceID != "" {
+		field("Trace", traceID+" (span "+spanID+")")
 	}
 	field("Last error", strconv.Quote(r.LastError))
 	if types := deadletter.BoundErrorTypes(r.ErrorTypes); len(types) > 0 {

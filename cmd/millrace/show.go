@@ -19,7 +19,8 @@ func (a *app) newShowCommand() *cobra.Command {
 		Long: "show prints one dead letter in full: every field and the metadata, the payload as text when\n" +
 			"it is valid UTF-8 and as a hex dump otherwise. For a handler that panicked, it prints the\n" +
 			"first lines of the panic's stack (the panic and the frame that panicked); --stack prints\n" +
-			"all of it (at most 8 KiB). --json adds payload (base64) and payload_text, and the whole stack.",
+			"all of it (at most 8 KiB). Where the attempt that gave up was traced, it prints the trace id\n" +
+			"and span id of its span (Trace). --json adds payload (base64) and payload_text, and the whole stack.",
 		Example: "  millrace dlq show 42\n  millrace dlq show 1710408477000-0 --store redis://127.0.0.1:6379/0 --topic orders --json",
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) != 1 {
