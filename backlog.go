@@ -12,12 +12,14 @@ type Backlog struct {
 	// Waiting is what no consumer has been given yet: Redis Streams group lag, RabbitMQ ready
 	// messages, Kafka lag summed over partitions, SQS visible messages, NATS pending.
 	Waiting int64
-	// InFlight is what consumers hold unsettled: Redis pending entries, RabbitMQ unacked, SQS
-	// in flight (not visible), NATS ack pending.
+	// InFlight is what consumers hold unsettled: Redis pending entries less the scheduled
+	// retries (which stay pending), SQS in flight (not visible), NATS ack pending (its
+	// NakWithDelay retries included); Unknown on RabbitMQ (unacked needs the management API,
+	// which the adapter does not use).
 	InFlight int64
 	// RetriesWaiting is retries scheduled and not yet due or delivered: Redis scheduled
-	// retries, RabbitMQ delay-tier queues, Kafka retry-tier lag, SQS/NATS: part of InFlight
-	// (Unknown on their own).
+	// retries, RabbitMQ delay-tier queues, Kafka retry-tier lag; Unknown where they are part
+	// of InFlight (SQS, NATS). Each adapter's Backlog documents its own fields.
 	RetriesWaiting int64
 	// DeadLetters is the depth of the topic's dead-letter destination.
 	DeadLetters int64

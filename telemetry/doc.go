@@ -25,6 +25,19 @@
 //	millrace.attempts              histogram the attempt at which a message ended
 //	millrace.time_to_outcome       histogram seconds from the first attempt to the final outcome
 //
+// With an idempotency guard (idempotency.ForRouter), the router registers its instruments too:
+//
+//	millrace.idempotency.claims    counter   claims by millrace.result (acquired, done, busy,
+//	                                         unavailable, lease_lost)
+//	millrace.idempotency.fail_open counter   handler runs without a lease (Config.FailOpen)
+//	millrace.lease_store.memory.used  gauge  a RedisStore node's used_memory, per server.address
+//	millrace.lease_store.memory.max   gauge  its maxmemory (0 = no limit)
+//	millrace.lease_store.evicted_keys counter its evicted_keys
+//
+// And where the adapter is a millrace.BacklogReporter, the broker's gauges (ObserveBacklog):
+// millrace.backlog.waiting, millrace.backlog.in_flight, millrace.retries.waiting,
+// millrace.dead_letter.depth, millrace.partition.lag.
+//
 // A retry counts RETRY in deliveries and one in retries; an exhausted message counts its last
 // RETRY and one exhausted dead letter. The attribute sets are made once per handler, so
 // recording allocates nothing for them.
