@@ -45,6 +45,7 @@ func Run(t *testing.T, h Harness) {
 		{"ImmediateAttemptsShareTheBudget", testImmediateAttemptsShareTheBudget},
 		{"BreakerHoldsDuringOutage", testBreakerHoldsDuringOutage},
 		{"TelemetryCountsAKnownWorkload", testTelemetryCountsAKnownWorkload},
+		{"TraceContextSurvivesRetries", testTraceContextSurvivesRetries},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
