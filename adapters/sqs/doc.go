@@ -261,9 +261,9 @@
 //     slot of the Window: a slot held by a delete or visibility change caught in the cut is
 //     freed when that call ends, within 2 x CallTimeout (the subscriber's own calls), which is
 //     shorter with the defaults and in the battery; the bound is the larger of the two.
-//     Measured in 4 runs (two with one subscription, two with four): at most 9.2 s (one
-//     subscription, a reset on a retry write; the other runs' maxima 7.0, 3.9 and 2.8 s; with
-//     one message per subscription at a time, before Window, 6.2 s in 5 runs).
+//     Measured in 8 runs (four with one subscription, four with four): at most 9.2 s (once: one
+//     subscription, a reset on a retry write; the other runs' maxima 2.8 to 7.0 s; with one
+//     message per subscription at a time, before Window, 6.2 s in 5 runs).
 //   - Nothing is lost, and nothing is deleted without its write: the router acks only after
 //     SQS confirmed the retry visibility change or the dead-letter send, and a message whose
 //     write or delete failed stays in the queue, visible again when its visibility timeout
@@ -274,14 +274,14 @@
 //     effect with its answer lost: its delete (the message is handled again after its
 //     visibility timeout), or its dead-letter send (the SDK's retry, or the message's return,
 //     writes a second dead letter; a malformed message is also handled again). Measured in
-//     the same 4 runs: 6 and 9 per run with one subscription (bound 8 per cut), 21 and 23 with
+//     the same 8 runs: 6 to 9 per run with one subscription (bound 8 per cut), 13 to 23 with
 //     four (bound 32 per cut).
 //   - Attempts lost: a receive counts on SQS when SQS hands the messages out, so a receive
 //     whose answer a cut loses uses an attempt no handler sees for each message it got, and
 //     they return one attempt higher after their visibility timeout, as after a crash (see
 //     Crashes): the receives in flight ask for no more messages than their reserved slots, so
-//     at most Window per subscription per cut. Measured: 0 and 1 per run with one
-//     subscription, 5 and 16 with four.
+//     at most Window per subscription per cut. Measured: 0 to 6 per run with one
+//     subscription, 5 to 16 with four.
 //
 // # Benchmarks
 //
