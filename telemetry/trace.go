@@ -82,8 +82,9 @@ func (h *Handler) startSpan(ctx context.Context, msg *message.Message) (context.
 // AttemptTraceHeader, read with the W3C trace-context propagator; invalid when it carries none.
 // Use it for a retry copy (the next attempt's span links to it). For a dead letter use
 // RecordTrace: the metadata of a dead letter carries the attempt's context only where the
-// adapter wrote it from the message as the handler saw it (memory, Kafka, RabbitMQ), not where
-// it copies the broker's original content (Redis Streams, NATS).
+// adapter wrote it from the message as the handler saw it (memory, RabbitMQ, SQS), not where it
+// copies the broker's original content (Redis Streams, NATS, and Kafka for a record consumed
+// through its subscriber), as the conformance test TraceContextSurvivesRetries logs.
 func LinkedAttempt(md message.Metadata) trace.SpanContext {
 	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), attemptCarrier(md)))
 }
