@@ -13,16 +13,13 @@ import (
 
 // AttemptTraceHeader prefixes the metadata keys that carry an attempt's span context
 // ("millrace-attempt-traceparent", "millrace-attempt-tracestate" with the W3C propagator). Outer
-// writes them on each delivery; an adapter that retries with a new copy of the message (Kafka,
-// memory, RabbitMQ when it republishes to a delay tier) carries the metadata on, so the next
-// attempt's span links to the attempt before. A dead letter records the last attempt's span
-// context in its record instead (deadletter.Record.Trace, read by RecordTrace), which survives
-// on every adapter, also where the dead letter is the broker's original content. The
-// producer's own trace context ("traceparent") is read, never rewritten: every attempt is a
-// child of the producer's span. Where the broker redelivers the original itself (Redis
-// Streams, SQS, NATS, and RabbitMQ's rejection into the queue's own dead-letter tier), the
-// metadata cannot change between deliveries and attempts are siblings under the producer's
-// span, without links.
+// writes them on each delivery; an adapter whose retry copy is built from the message as the
+// handler saw it carries them on, so the next attempt's span links to the attempt before: the
+// memory adapter today (Kafka builds its copy from the consumed record's headers; the other
+// brokers deliver the original again). A dead letter records the last attempt's span context
+// in its record instead (deadletter.Record.Trace, read by RecordTrace), which survives on every
+// adapter. The producer's own trace context ("traceparent") is read, never rewritten: every
+// attempt is a child of the producer's span.
 const AttemptTraceHeader = "millrace-attempt-"
 
 // metadataCarrier reads and writes message metadata as a TextMapCarrier.
