@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/metrics"
 	"slices"
 	"strconv"
@@ -50,7 +51,7 @@ var (
 //	                     healthy partitions
 //	retry_late_p99/max   how long after its not-before time a retry reached its handler
 //	consumed/offered     healthy records handled per second over the rate offered (B)
-//	heap_peak            the largest live heap sampled during B
+//	heap_peak            the largest live heap (after a GC) sampled during B
 //
 // The machine's noise moves the absolute figures; the ratios compare runs seconds apart.
 //
@@ -350,10 +351,11 @@ func logSeries(b *testing.B, start time.Time, samples []latSample) {
 	b.Logf("p99/max by second sent:%s", sb.String())
 }
 
-// sampleHeap returns the largest live heap (bytes in heap objects) seen every 250 ms until stop
-// closes.
+// sampleHeap returns the largest live heap (as of the last GC: what survived it) seen every
+// 250 ms until stop closes.
 func sampleHeap(stop <-chan struct{}) uint64 {
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	runtime.GC() // the runs before this one leave nothing behind
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	var peak uint64
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
@@ -380,3 +382,196 @@ func (p warmupPartitioner) Partition(m *sarama.ProducerMessage, n int32) (int32,
 }
 
 func (p warmupPartitioner) RequiresConsistency() bool { return true }
+
+var backlogRecords = flag.Int("kafka.backlog.records", 1_000_000, "BenchmarkRetryBacklog: retry records waiting before the load starts")
+
+// BenchmarkRetryBacklog measures what a large number of waiting retries costs the consumer:
+// -kafka.backlog.records (default 1,000,000) retry records, due in 9 minutes, are written to
+// the retry topic of a 3-partition topic before its consumer starts; then healthy records are
+// offered at the first of -kafka.latency.rates for -kafka.latency.run (default 20 s). Each round
+// runs the same load without the backlog (A) and with it (B). It reports the live heap's peak
+// (after a GC) of each, and the healthy-record p99 ratio B/A, min / median / max over
+// -kafka.latency.rounds. No retry may reach the handler (they are not due).
+//
+// The brokers hold the backlog in memory (kfake): run it against a cluster of its own, e.g.
+//
+//	/tmp/millrace-kfake/kfakebroker -port 29092 -brokers 1 &   # built by .ci/services/kafka.sh
+//	MILLRACE_KAFKA_BROKERS=127.0.0.1:29092 go test ./adapters/kafka/ -run '^$' \
+//	    -bench BenchmarkRetryBacklog -benchtime 1x -timeout 60m -kafka.latency.rounds 2
+func BenchmarkRetryBacklog(b *testing.B) {
+	rate, err := strconv.Atoi(strings.Split(*latRates, ",")[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	run := *latRun
+	if run <= 0 {
+		run = 20 * time.Second
+	}
+	for range b.N {
+		var ratio, heapA, heapB []float64
+		for r := range *latRounds {
+			a := backlogOnce(b, rate, run, 0)
+			b.Logf("round %d no backlog: %s", r, a)
+			w := backlogOnce(b, rate, run, *backlogRecords)
+			b.Logf("round %d %d retries waiting: %s", r, *backlogRecords, w)
+			ratio = append(ratio, float64(w.p99)/float64(a.p99))
+			heapA = append(heapA, float64(a.heapPeak)/(1<<20))
+			heapB = append(heapB, float64(w.heapPeak)/(1<<20))
+		}
+		mmm := func(xs []float64) string {
+			return fmt.Sprintf("min %.2f median %.2f max %.2f", slices.Min(xs), median(xs), slices.Max(xs))
+		}
+		b.Logf("rate %d/s run %s, %d retries waiting, %d rounds: p99_ratio %s; heap_peak_MiB without %s; with %s",
+			rate, run, *backlogRecords, len(ratio), mmm(ratio), mmm(heapA), mmm(heapB))
+		b.ReportMetric(median(ratio), "p99_ratio")
+		b.ReportMetric(median(heapB), "heap_MiB_backlog")
+		b.ReportMetric(median(heapA), "heap_MiB_none")
+	}
+}
+
+// backlogOnce writes waiting retry records to a fresh topic's retry topic, then consumes the
+// topic while offering healthy records at rate for run.
+func backlogOnce(b *testing.B, rate int, run time.Duration, waiting int) latencyRun {
+	const delay = 10 * time.Minute
+	a := newAdapter(b, "", func(c *kafka.Config) {
+		c.Partitions = benchPartitions
+		c.Logger = slog.New(slog.DiscardHandler)
+	})
+	defer a.Close()
+	policy := millrace.RetryPolicy{MaxAttempts: 2, Backoff: millrace.Fixed(delay)}
+	topic := uniqueName("backlog")
+	if err := a.Provision(ctxT(b, 30*time.Second), topic, policy); err != nil {
+		b.Fatal(err)
+	}
+	pc := sarama.NewConfig()
+	pc.Version = sarama.V2_8_0_0
+	pc.Producer.RequiredAcks = sarama.WaitForLocal
+	pc.Producer.Return.Errors = true
+	pc.Producer.Flush.Frequency = time.Millisecond
+	pc.Producer.Partitioner = func(topic string) sarama.Partitioner {
+		return warmupPartitioner{hash: sarama.NewHashPartitioner(topic), manual: sarama.NewManualPartitioner(topic)}
+	}
+	prod, err := sarama.NewAsyncProducer(brokers(b), pc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var prodErr atomic.Value
+	go func() {
+		for e := range prod.Errors() {
+			prodErr.Store(e.Err)
+		}
+	}()
+	if waiting > 0 {
+		due := []byte(time.Now().Add(delay - time.Minute).UTC().Format(time.RFC3339Nano))
+		for i := range waiting {
+			k := strconv.Itoa(i)
+			prod.Input() <- &sarama.ProducerMessage{
+				Topic: topic + kafka.RetrySuffix, Key: sarama.StringEncoder(k), Value: sarama.StringEncoder(`{"n":` + k + `}`),
+				Headers: []sarama.RecordHeader{
+					{Key: []byte(millrace.HeaderAttempt), Value: []byte("2")},
+					{Key: []byte(millrace.HeaderNotBefore), Value: due},
+					{Key: []byte(millrace.HeaderOriginalTopic), Value: []byte(topic)},
+				},
+			}
+		}
+		// Written before the consumer starts: a flush of the async producer.
+		_ = prod.Close()
+		if prod, err = sarama.NewAsyncProducer(brokers(b), pc); err != nil {
+			b.Fatal(err)
+		}
+		go func() {
+			for e := range prod.Errors() {
+				prodErr.Store(e.Err)
+			}
+		}()
+	}
+	if err, _ := prodErr.Load().(error); err != nil {
+		b.Fatalf("writing the backlog: %v", err)
+	}
+
+	var (
+		mu       sync.Mutex
+		samples  = make([]latSample, 0, int(float64(rate)*run.Seconds())+16)
+		early    atomic.Int64
+		healthyN atomic.Int64
+	)
+	warm := make(chan struct{}, 16)
+	r, err := router.New(router.Config{Adapter: a, Policy: policy, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.Handle("backlog", topic, func(_ context.Context, msg *message.Message, at millrace.Attempt) error {
+		now := time.Now()
+		if msg.Metadata.Get("warmup") != "" {
+			warm <- struct{}{}
+			return nil
+		}
+		if at.Number > 1 {
+			early.Add(1)
+			return nil
+		}
+		sent, _ := strconv.ParseInt(msg.Metadata.Get("t"), 10, 64)
+		mu.Lock()
+		samples = append(samples, latSample{sent: sent, latency: now.Sub(time.Unix(0, sent))})
+		mu.Unlock()
+		healthyN.Add(1)
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); _ = r.Close(); <-done }()
+	for p := range benchPartitions {
+		prod.Input() <- &sarama.ProducerMessage{Topic: topic, Partition: int32(p), Value: sarama.StringEncoder("{}"),
+			Headers: []sarama.RecordHeader{{Key: []byte("warmup"), Value: []byte("1")}}}
+	}
+	for range benchPartitions {
+		select {
+		case <-warm:
+		case <-time.After(2 * time.Minute):
+			b.Fatal("warm-up records not handled within 2 minutes")
+		}
+	}
+	heapStop := make(chan struct{})
+	heapDone := make(chan uint64)
+	go func() { heapDone <- sampleHeap(heapStop) }()
+	start := time.Now()
+	tick := time.NewTicker(2 * time.Millisecond)
+	sent := 0
+	for now := range tick.C {
+		elapsed := now.Sub(start)
+		if elapsed >= run {
+			break
+		}
+		for want := int(elapsed.Seconds() * float64(rate)); sent < want; sent++ {
+			k := strconv.Itoa(sent)
+			prod.Input() <- &sarama.ProducerMessage{
+				Topic: topic, Key: sarama.StringEncoder(k), Value: sarama.StringEncoder(`{"n":` + k + `}`),
+				Headers: []sarama.RecordHeader{{Key: []byte("t"), Value: strconv.AppendInt(nil, time.Now().UnixNano(), 10)}},
+			}
+		}
+	}
+	tick.Stop()
+	_ = prod.Close()
+	deadline := time.Now().Add(2 * time.Minute)
+	for healthyN.Load() < int64(sent) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d healthy records handled", healthyN.Load(), sent)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(heapStop)
+	out := latencyRun{heapPeak: <-heapDone}
+	if n := early.Load(); n > 0 {
+		b.Fatalf("%d retries handled 9 minutes early", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	lats := make([]time.Duration, len(samples))
+	for i, s := range samples {
+		lats[i] = s.latency
+	}
+	out.p99, out.p999, out.max = quantile(lats, 0.99), quantile(lats, 0.999), slices.Max(lats)
+	out.p99Due, out.maxDue = out.p99, out.max
+	return out
+}
