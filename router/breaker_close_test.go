@@ -91,3 +91,45 @@ func TestCloseReleasesWhatTheBreakerHolds(t *testing.T) {
 		t.Fatalf("backlog %+v, want both messages waiting for their retry and no dead letter", b)
 	}
 }
+
+// TestCancelledRunReleasesWhatTheBreakerHolds: stopping the router by cancelling Run's ctx
+// (signal.NotifyContext, the quick start) ends the holding as Close does: Run returns well
+// before its CloseTimeout (a minute) and the held message is handled once.
+func TestCancelledRunReleasesWhatTheBreakerHolds(t *testing.T) {
+	a := newMemory(t, memory.Config{})
+	r, err := router.New(router.Config{
+		Adapter: keepsContexts{a}, Policy: millrace.RetryPolicy{MaxAttempts: 5, Backoff: millrace.Fixed(time.Hour)},
+		Breaker:      &middleware.BreakerConfig{Threshold: 1, ProbeInterval: time.Hour},
+		CloseTimeout: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	r.Handle("h", "t", func(context.Context, *message.Message, millrace.Attempt) error {
+		calls.Add(1)
+		return errors.New("dependency down")
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	<-r.Running()
+	if err := a.Publish("t", message.NewMessage("opens", []byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first call", func() bool { return calls.Load() == 1 })
+	if err := a.Publish("t", message.NewMessage("held", []byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run still waits for the message the breaker holds")
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("handler calls %d, want 2: the held message is handled once at shutdown", n)
+	}
+}

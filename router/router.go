@@ -25,7 +25,7 @@ type Router struct {
 	cfg  Config // base with defaults
 	wm   *message.Router
 
-	stopping  chan struct{} // closed at the start of Close: breakers hand their waiting messages back
+	stopping  chan struct{} // closed when the router starts to stop (Close, or Run's ctx done): breakers stop holding
 	closeOnce sync.Once
 
 	mu       sync.Mutex
@@ -180,16 +180,31 @@ func (r *Router) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A cancelled ctx stops the router as Close does (Watermill closes itself): the breakers
+	// must stop holding then too, or a held message holds the shutdown until CloseTimeout.
+	ran := make(chan struct{})
+	defer close(ran)
+	go func() {
+		select {
+		case <-ctx.Done():
+			r.stop()
+		case <-ran:
+		}
+	}()
 	return r.wm.Run(ctx)
 }
+
+// stop makes the breakers stop holding messages; it is idempotent.
+func (r *Router) stop() { r.closeOnce.Do(func() { close(r.stopping) }) }
 
 // Running is closed once every handler is subscribed.
 func (r *Router) Running() chan struct{} { return r.wm.Running() }
 
 // Close stops the handlers, waiting up to Config.CloseTimeout. It does not close the adapter.
-// Messages an outage breaker holds are handed back at once (nacked, never handled).
+// An outage breaker stops holding first: the messages it holds, and any that still arrive,
+// are handled (see middleware.BreakerConfig.Stop). Cancelling Run's ctx does the same.
 func (r *Router) Close() error {
-	r.closeOnce.Do(func() { close(r.stopping) })
+	r.stop()
 	return r.wm.Close()
 }
 
