@@ -89,9 +89,9 @@ type BreakerConfig struct {
 	MaxHold time.Duration
 	// Immediate is the handler's RetryPolicy.Immediate (the router sets it). An immediate
 	// attempt (not the first of its delivery) that meets a breaker that is not closed does not
-	// wait: it fails at once with ErrBreakerOpen (a Retry, not counted by the breaker), so
-	// Retry schedules the delayed retry instead of the attempt waiting out the delivery's
-	// deadline and being handed back.
+	// wait: it fails at once with ErrBreakerOpen (a Retry, not counted by the breaker), and
+	// Retry ends the delivery with the attempt before it, whose error the retry and the dead
+	// letter report, instead of the attempt holding the delivery's budget in the breaker.
 	Immediate int
 	// Stop, when closed, ends the holding: every waiting message, and every message that
 	// arrives after it, is handled as with the breaker closed (one that waited past the room
@@ -213,9 +213,10 @@ func (c BreakerConfig) Bounded(maxBudget, budget time.Duration) BreakerConfig {
 // and outside Classify (the router does, with router.Config.Breaker), so the errors it counts
 // carry their outcome and a probe that fails is retried by the policy like any attempt: a
 // probe uses an attempt, a waiting message none. Each immediate attempt of a policy with
-// RetryPolicy.Immediate passes through the breaker too; Retry then sets the delivery's shared
-// deadline (RetryConfig.Budget) on the message context before the breaker sees it, so such a
-// message waits at most until that deadline and is then handed back.
+// RetryPolicy.Immediate passes through the breaker too. A delivery's first attempt waits like
+// any message (the delivery's shared budget starts below the breaker, when the attempt is let
+// through); an immediate attempt that meets a breaker that is not closed is not made (see
+// BreakerConfig.Immediate), and the delivery ends with the attempt before it and its error.
 //
 // # What holding costs, per broker
 //
@@ -284,8 +285,8 @@ func Breaker(cfg BreakerConfig) message.HandlerMiddleware {
 				return b.run(h, msg, false)
 			}
 			if b.cfg.Immediate > 0 && immediateAttempt(millrace.AttemptFrom(msg), b.cfg.Immediate) {
-				// An immediate attempt would wait out its delivery's shared deadline and be
-				// handed back; it fails at once instead, and Retry schedules the delayed retry.
+				// An immediate attempt does not wait: it is not made, and Retry ends the delivery
+				// with the attempt before it and schedules the delayed retry.
 				b.mu.Unlock()
 				return nil, millrace.Retry(ErrBreakerOpen)
 			}

@@ -25,12 +25,12 @@ type RetryConfig struct {
 	// MaxDelay caps a delay asked for with millrace.RetryAfter (the adapter's maximum); 0 = no cap.
 	MaxDelay time.Duration
 	// Budget is the delivery's processing budget (the one Budget, inside Retry, is given).
-	// With Policy.Immediate > 0 Retry sets the deadline start+Budget on the message context
-	// once, before the delivery's first attempt: the inner Budget's context.WithTimeout keeps
-	// that earlier deadline, so all the delivery's attempts together end by it, and no
-	// immediate attempt starts once it has passed. 0: no shared deadline (each attempt then
-	// gets the inner Budget's own, and a delivery can run for Immediate+1 budgets, longer
-	// than a BudgetBounded adapter holds the message: give it the same Budget).
+	// With Policy.Immediate > 0 the delivery's attempts share it: Retry puts a clock in the
+	// message context, which the inner Budget starts when the first attempt reaches it (after
+	// any wait in an outage breaker above it), so all the attempts together end by one
+	// deadline, and no immediate attempt starts once it has passed. 0: no shared deadline
+	// (each attempt then gets the inner Budget's own, and a delivery can run for Immediate+1
+	// budgets, longer than a BudgetBounded adapter holds the message: give it the same Budget).
 	Budget time.Duration
 	// Logger receives one Info line per scheduled retry (attempt, delay, cause). Default: slog.Default().
 	Logger *slog.Logger
@@ -91,7 +91,7 @@ func Retry(s RetryScheduler, cfg RetryConfig) message.HandlerMiddleware {
 }
 
 // retryImmediately runs h for one delivery under a policy with immediate attempts: the
-// delivery's shared deadline, then up to Immediate more calls while immediateAgain allows,
+// delivery's shared budget clock, then up to Immediate more calls while immediateAgain allows,
 // each with its own Attempt, then retryFailed for the last failure. The message context is
 // the delivery's own again when it returns (without the deadline, with the last attempt's
 // Attempt for Poison's record).
@@ -99,10 +99,13 @@ func retryImmediately(s RetryScheduler, cfg *RetryConfig, logger *slog.Logger, n
 	h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
 	base := msg.Context()
 	ctx := base
+	var clock *deliveryClock
 	if cfg.Budget > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(base, time.Now().Add(cfg.Budget))
-		defer cancel()
+		// The shared budget starts when the first attempt reaches the Budget layer (inside an
+		// outage breaker), not here: a wait in the breaker is not the handler's time, and a
+		// deadline set here would end that wait and hand the message back, a delivery lost.
+		clock = &deliveryClock{budget: cfg.Budget}
+		ctx = context.WithValue(base, deliveryClockKey{}, clock)
 		msg.SetContext(ctx)
 	}
 	out, err := h(msg)
@@ -110,14 +113,17 @@ func retryImmediately(s RetryScheduler, cfg *RetryConfig, logger *slog.Logger, n
 		msg.SetContext(base)
 		return out, nil
 	}
-	return retryAgain(s, cfg, logger, now, h, msg, base, ctx, out, err)
+	if clock != nil {
+		clock.start(time.Now()) // no Budget layer below (a hand-built stack): from now
+	}
+	return retryAgain(s, cfg, logger, now, h, msg, base, ctx, clock, out, err)
 }
 
 // retryAgain is retryImmediately after a failed first attempt: the immediate attempts, then
 // retryFailed. It is apart so that its frame stays off the stack of a message that succeeds
-// at once; ctx is the delivery's context with the shared deadline (base without a Budget).
+// at once; ctx is the delivery's context with the shared budget clock (base without a Budget).
 func retryAgain(s RetryScheduler, cfg *RetryConfig, logger *slog.Logger, now func() time.Time, h message.HandlerFunc,
-	msg *message.Message, base, ctx context.Context, out []*message.Message, err error) ([]*message.Message, error) {
+	msg *message.Message, base, ctx context.Context, clock *deliveryClock, out []*message.Message, err error) ([]*message.Message, error) {
 	a, ok := millrace.AttemptFromContext(base)
 	if !ok { // no attempt middleware: the first attempt of the first delivery
 		a = millrace.Attempt{Number: 1, Delivery: 1, MaxAttempts: cfg.Policy.MaxAttempts}
@@ -127,15 +133,21 @@ func retryAgain(s RetryScheduler, cfg *RetryConfig, logger *slog.Logger, now fun
 		a.Delivery = cfg.Policy.DeliveryOf(a.Number)
 	}
 	last := min(satmath.AddInt(cfg.Policy.FirstAttemptOf(a.Delivery), cfg.Policy.Immediate), cfg.Policy.MaxAttempts)
-	for a.Number < last && immediateAgain(cfg, base, ctx, err, &a, now) {
+	for a.Number < last && immediateAgain(cfg, base, clock, err, &a, now) {
 		if logger.Enabled(base, slog.LevelDebug) {
 			logImmediate(base, logger, msg.UUID, a.Number, cfg.Policy.MaxAttempts, err)
 		}
 		next := a
 		next.Number++
-		a = next
 		msg.SetContext(millrace.WithAttempt(ctx, &next))
-		if out, err = h(msg); err == nil {
+		nout, nerr := h(msg)
+		if errors.Is(nerr, ErrBreakerOpen) {
+			// The outage breaker opened: the attempt was not made. The delivery ends with the
+			// last attempt that was, and its error, which the dead letter and the hooks report.
+			break
+		}
+		a, out, err = next, nout, nerr
+		if err == nil {
 			break
 		}
 	}
@@ -149,12 +161,12 @@ func retryAgain(s RetryScheduler, cfg *RetryConfig, logger *slog.Logger, now fun
 // immediateAgain reports whether the failure err of attempt a may be tried again at once: a
 // plain Retry outcome (not exhausted, no RetryAfter delay), the message's context not done
 // (shutdown), the delivery's deadline not passed, and MaxElapsed not reached.
-func immediateAgain(cfg *RetryConfig, base, ctx context.Context, err error, a *millrace.Attempt, now func() time.Time) bool {
+func immediateAgain(cfg *RetryConfig, base context.Context, clock *deliveryClock, err error, a *millrace.Attempt, now func() time.Time) bool {
 	oe := millrace.Classify(err, nil)
 	if oe.Outcome != millrace.OutcomeRetry || oe.Delay > 0 || errors.Is(err, millrace.ErrExhausted) {
 		return false
 	}
-	if base.Err() != nil || ctx.Err() != nil {
+	if base.Err() != nil || clock.expired(time.Now()) {
 		return false
 	}
 	_, over := pastElapsed(&cfg.Policy, a, now(), 0)

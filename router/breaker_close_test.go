@@ -3,6 +3,7 @@ package router_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -131,5 +132,67 @@ func TestCancelledRunReleasesWhatTheBreakerHolds(t *testing.T) {
 	}
 	if n := calls.Load(); n != 2 {
 		t.Fatalf("handler calls %d, want 2: the held message is handled once at shutdown", n)
+	}
+}
+
+// TestBreakerWithImmediateAttempts (the review's H2 and H3): a policy with immediate attempts
+// and a Budget. A message that waits in the open breaker longer than the Budget is not handed
+// back by the delivery's deadline (a delivery lost each time: it was dead-lettered unhandled,
+// "past MaxAttempts", in 0.4 s); it is handled when the breaker lets it through. And a delivery
+// whose immediate attempt meets the open breaker ends with the handler's own error, not the
+// breaker's.
+func TestBreakerWithImmediateAttempts(t *testing.T) {
+	a := newMemory(t, memory.Config{})
+	var dead []router.DeadLetterEvent
+	var retries []router.RetryEvent
+	var mu sync.Mutex
+	r, err := router.New(router.Config{
+		Adapter: a, Policy: millrace.RetryPolicy{MaxAttempts: 3, Immediate: 1, Backoff: millrace.Fixed(time.Hour)},
+		Budget:  200 * time.Millisecond,
+		Breaker: &middleware.BreakerConfig{Threshold: 1, ProbeInterval: 600 * time.Millisecond},
+		OnDeadLetter: func(_ context.Context, _ *message.Message, ev router.DeadLetterEvent) {
+			mu.Lock()
+			dead = append(dead, ev)
+			mu.Unlock()
+		},
+		OnRetry: func(_ context.Context, msg *message.Message, ev router.RetryEvent) {
+			if msg.UUID == "opens" {
+				mu.Lock()
+				retries = append(retries, ev)
+				mu.Unlock()
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var heldCalls, openerCalls atomic.Int64
+	r.Handle("h", "t", func(_ context.Context, msg *message.Message, _ millrace.Attempt) error {
+		if msg.UUID == "opens" {
+			openerCalls.Add(1)
+			return errors.New("db: connection refused")
+		}
+		heldCalls.Add(1)
+		return nil
+	})
+	runRouter(t, r)
+	if err := a.Publish("t", message.NewMessage("opens", []byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the breaker to open", func() bool { return openerCalls.Load() == 1 })
+	if err := a.Publish("t", message.NewMessage("held", []byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the held message to be handled", func() bool { return heldCalls.Load() == 1 })
+	if n := openerCalls.Load(); n != 1 {
+		t.Errorf("the opener was called %d times, want 1: its immediate attempt meets the open breaker and is not made", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, ev := range dead {
+		t.Errorf("dead letter %+v: nothing may be dead-lettered", ev.Record)
+	}
+	if len(retries) != 1 || retries[0].Attempt.Number != 1 || retries[0].Err == nil || retries[0].Err.Error() != "db: connection refused" {
+		t.Errorf("the opener's retries %+v, want one, after attempt 1, with the handler's error", retries)
 	}
 }
