@@ -118,7 +118,11 @@
 // retries late at p99 48 / 74 / 217 ms, all consumed. 60 s delay, 90 s runs: healthy p99
 // 10.1 s (max 10.7 s, ratio 22.9, one round) before; now 184 and 210 ms (max 400 ms, ratios
 // 2.19 and 2.22), retries late at most 223 ms (p99 69 and 98 ms). 1 s delay, now: ratio
-// 0.72 / 0.98 / 1.01. What is left of the ratio above 1 at 5 s and 60 s is CPU: in goroutine
+// 0.72 / 0.98 / 1.01. A later run on a quieter machine (load average 3-4, 3 rounds): 5 s delay
+// ratio 0.73 / 0.88 / 8.5 (healthy p99 9.4-232 ms), retries late at p99 2.5 / 3.0 / 42 ms; 1 s
+// delay 1.4 / 2.9 / 7.1; 15,000 records/s, 2 rounds: 1 s delay 1.3 and 4.6 (healthy p99 14 and
+// 49 ms), 5 s delay 0.57 and 2.5 (25 and 33 ms), retries late at p99 7-13 ms, all consumed.
+// What is left of the ratio above 1 is CPU: in goroutine
 // dumps during those spikes every source claim waits for a free MaxInFlight slot, and no
 // fetch loop waits on a retry partition. With 1,000,000 retries waiting (BenchmarkRetryBacklog
 // on a kfake of its own, 2 rounds) the live heap peaked at 13.1 and 14.5 MiB against 3.2 and
