@@ -22,6 +22,10 @@ var (
 	ErrRetryPublishFailed = errors.New("millrace: retry scheduling failed")
 	// ErrClosed is returned by adapters used after Close.
 	ErrClosed = errors.New("millrace: adapter closed")
+	// ErrContended is wrapped by a Retry outcome that says nothing of the handler's
+	// dependencies: the message is being handled elsewhere (idempotency.ErrBusy wraps it). An
+	// outage breaker counts it neither as a failure nor as a success.
+	ErrContended = errors.New("millrace: message contended")
 )
 
 // ConfigError describes one configuration field that breaks one rule. It wraps ErrInvalidConfig

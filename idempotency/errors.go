@@ -1,14 +1,20 @@
 package idempotency
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/millrace/millrace"
+)
 
 var (
 	// ErrLeaseLost is returned by Complete, Release and MarkSent when the stored owner is not the
 	// caller: its lease expired and was taken over, was released, or the message is already done.
 	ErrLeaseLost = errors.New("idempotency: lease lost")
 	// ErrBusy is wrapped by the Retry error the middleware returns when another consumer holds
-	// a live lease on the message.
-	ErrBusy = errors.New("idempotency: message is being processed by another consumer")
+	// a live lease on the message. It wraps millrace.ErrContended: an outage breaker does not
+	// count it.
+	ErrBusy = fmt.Errorf("idempotency: message is being processed by another consumer (%w)", millrace.ErrContended)
 	// ErrStoreUnavailable is wrapped by the Retry error the middleware returns, fail-closed, when
 	// the store could not be reached or answered with an error.
 	ErrStoreUnavailable = errors.New("idempotency: store unavailable")

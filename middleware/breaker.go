@@ -440,6 +440,19 @@ func (b *breaker) count(msg *message.Message, err error, probe bool) {
 			}
 			return
 		}
+		if errors.Is(err, millrace.ErrContended) {
+			// Another consumer holds the message (the idempotency lease is busy): no word on
+			// the dependency either way. A probe gives its turn to the next message.
+			if probe {
+				b.mu.Lock()
+				if b.state == BreakerHalfOpen {
+					b.state = BreakerOpen
+					offer(b.probe)
+				}
+				b.mu.Unlock()
+			}
+			return
+		}
 		failed = millrace.Classify(err, nil).Outcome == millrace.OutcomeRetry
 	}
 	b.mu.Lock()

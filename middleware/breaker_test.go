@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"strings"
@@ -714,5 +715,36 @@ func TestBreakerFailsImmediateAttemptsAtOnce(t *testing.T) {
 	rig.awaitWaiting(t, "first")
 	if calls := dep.called(); len(calls) != 1 {
 		t.Fatalf("calls %v, want only the one that opened the breaker", calls)
+	}
+}
+
+// A contended message (another consumer holds its lease: millrace.ErrContended, which
+// idempotency.ErrBusy wraps) is no word on the dependency: it neither opens the breaker nor
+// resets its count.
+func TestBreakerIgnoresContention(t *testing.T) {
+	rig, cfg := newBreakerRig(middleware.BreakerConfig{Threshold: 2})
+	busy := func(*message.Message) ([]*message.Message, error) {
+		return nil, millrace.RetryAfter(fmt.Errorf("lease held: %w", millrace.ErrContended), time.Second)
+	}
+	down := func(*message.Message) ([]*message.Message, error) { return nil, millrace.Retry(errors.New("down")) }
+	var which func(*message.Message) ([]*message.Message, error)
+	wrapped := middleware.Breaker(cfg)(func(m *message.Message) ([]*message.Message, error) { return which(m) })
+	for i := range 5 {
+		which = busy
+		if _, err := wrapped(message.NewMessage(fmt.Sprint("busy-", i), nil)); !errors.Is(err, millrace.ErrContended) {
+			t.Fatalf("busy %d: err %v", i, err)
+		}
+	}
+	if got := rig.transitions(); got != "" {
+		t.Fatalf("contention changed the state: %q", got)
+	}
+	which = down
+	_, _ = wrapped(message.NewMessage("down-1", nil))
+	which = busy
+	_, _ = wrapped(message.NewMessage("busy-between", nil)) // must not reset the count
+	which = down
+	_, _ = wrapped(message.NewMessage("down-2", nil))
+	if got := rig.transitions(); got != "closed>open" {
+		t.Fatalf("transitions %q, want the two failures around a contended message to open it", got)
 	}
 }
