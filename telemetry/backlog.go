@@ -14,7 +14,8 @@ import (
 	"github.com/millrace/millrace"
 )
 
-// BacklogTimeout bounds the reading of one topic's Backlog on each collection.
+// BacklogTimeout bounds the reading of every topic's Backlog on each collection (the topics
+// are read at once).
 const BacklogTimeout = 5 * time.Second
 
 // KeyPartition is the partition of a millrace.partition.lag point.
@@ -106,14 +107,37 @@ func (t *Telemetry) observeBacklog(ctx context.Context, o metric.Observer) error
 	if logger == nil {
 		logger = slog.Default()
 	}
+	// Every topic is read at once, all within one BacklogTimeout: read one after the other, a
+	// broker that does not answer would make a collection take topics x BacklogTimeout and
+	// fail the scrape (counters included) while it is down. A reader that ignores its ctx is
+	// left behind, its result dropped.
+	type reading struct {
+		bt  *backlogTopic
+		b   millrace.Backlog
+		err error
+	}
+	rctx, cancel := context.WithTimeout(ctx, BacklogTimeout)
+	defer cancel()
+	results := make(chan reading, len(topics))
 	for _, bt := range topics {
-		rctx, cancel := context.WithTimeout(ctx, BacklogTimeout)
-		b, err := bt.r.Backlog(rctx, topicOf(bt.attrs))
-		cancel()
-		if err != nil {
-			logger.Warn("millrace telemetry: reading the backlog failed", "topic", topicOf(bt.attrs), "error", err)
+		go func() {
+			b, err := bt.r.Backlog(rctx, topicOf(bt.attrs))
+			results <- reading{bt, b, err}
+		}()
+	}
+	for range topics {
+		var r reading
+		select {
+		case r = <-results:
+		case <-rctx.Done():
+			logger.Warn("millrace telemetry: reading the backlog took longer than BacklogTimeout; observed without it", "timeout", BacklogTimeout)
+			return nil
+		}
+		if r.err != nil {
+			logger.Warn("millrace telemetry: reading the backlog failed", "topic", topicOf(r.bt.attrs), "error", r.err)
 			continue
 		}
+		b, bt := r.b, r.bt
 		for inst, v := range map[metric.Int64ObservableGauge]int64{g.waiting: b.Waiting, g.inFlight: b.InFlight, g.retries: b.RetriesWaiting, g.dead: b.DeadLetters} {
 			if v >= 0 {
 				o.ObserveInt64(inst, v, bt.set)
