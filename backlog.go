@@ -10,16 +10,16 @@ const Unknown int64 = -1
 // cannot give is Unknown.
 type Backlog struct {
 	// Waiting is what no consumer has been given yet: Redis Streams group lag, RabbitMQ ready
-	// messages, Kafka lag summed over partitions, SQS visible messages, NATS pending.
+	// messages, NATS pending (the Kafka and SQS adapters report no Backlog yet: Kafka's would
+	// be its lag summed over partitions, SQS's its visible messages).
 	Waiting int64
 	// InFlight is what consumers hold unsettled: Redis pending entries less the scheduled
-	// retries (which stay pending), SQS in flight (not visible), NATS ack pending (its
-	// NakWithDelay retries included); Unknown on RabbitMQ (unacked needs the management API,
-	// which the adapter does not use).
+	// retries (which stay pending), NATS ack pending (its NakWithDelay retries included);
+	// Unknown on RabbitMQ (unacked needs the management API, which the adapter does not use).
 	InFlight int64
 	// RetriesWaiting is retries scheduled and not yet due or delivered: Redis scheduled
-	// retries, RabbitMQ delay-tier queues, Kafka retry-tier lag; Unknown where they are part
-	// of InFlight (SQS, NATS). Each adapter's Backlog documents its own fields.
+	// retries, RabbitMQ delay-tier queues; Unknown where they are part of InFlight (NATS).
+	// Each adapter's Backlog documents its own fields.
 	RetriesWaiting int64
 	// DeadLetters is the depth of the topic's dead-letter destination.
 	DeadLetters int64

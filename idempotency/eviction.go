@@ -89,15 +89,21 @@ func (s *RedisStore) Memory(ctx context.Context) ([]NodeMemory, error) {
 // still running; an evicted done marker lets a redelivery run a finished message again: both
 // are duplicate sends. Field report 3: watch evicted_keys and used_memory, and run the lease
 // store under noeviction. The router calls it at Run through ForRouter's guard; a store used
-// by hand should be checked once at start-up. A node that cannot be read is an error in every
-// mode but EvictionIgnore.
+// by hand should be checked once at start-up. A node that cannot be read (an ACL without INFO,
+// a node down) is an error with EvictionRefuse and a warning with EvictionWarn: the policy
+// cannot be known, and a start-up that fails on it would make the lease store's INFO access a
+// dependency of every consumer.
 func (s *RedisStore) CheckEviction(ctx context.Context) error {
 	if s.opts.Eviction == EvictionIgnore {
 		return nil
 	}
 	nodes, err := s.Memory(ctx)
 	if err != nil {
-		return err
+		if s.opts.Eviction == EvictionRefuse {
+			return err
+		}
+		s.opts.Logger.Warn("idempotency: could not read the lease store's maxmemory-policy; leases and done markers may be evicted early if it is not noeviction",
+			"error", err)
 	}
 	var refused []error
 	for _, n := range nodes {

@@ -38,7 +38,10 @@ const KeyServerAddress = attribute.Key("server.address")
 
 // LeaseStoreTimeout bounds the reading of the lease store's memory on each collection: a node
 // that does not answer within it observes nothing that time (logged), and the collection goes on.
-var LeaseStoreTimeout = 5 * time.Second
+const LeaseStoreTimeout = 5 * time.Second
+
+// leaseStoreTimeout is LeaseStoreTimeout, shortened by a test.
+var leaseStoreTimeout = LeaseStoreTimeout
 
 var _ router.Instrumenter = (*RouterGuard)(nil)
 
@@ -154,7 +157,7 @@ func (g *RouterGuard) instrumentMemory(m metric.Meter, mr memoryReader) (metric.
 		return nil, fmt.Errorf("idempotency: instrument: %w", err)
 	}
 	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		nodes, err := readMemory(ctx, mr, LeaseStoreTimeout)
+		nodes, err := readMemory(ctx, mr, leaseStoreTimeout)
 		if err != nil {
 			g.log().Warn("idempotency: reading the lease store's memory for metrics failed", "error", err)
 		}

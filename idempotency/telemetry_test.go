@@ -346,9 +346,9 @@ func TestInstrumentLeaseStoreTimeout(t *testing.T) {
 		Policy: millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(time.Second)}}); err != nil {
 		t.Fatal(err)
 	}
-	old := LeaseStoreTimeout
-	LeaseStoreTimeout = 200 * time.Millisecond
-	defer func() { LeaseStoreTimeout = old }()
+	old := leaseStoreTimeout
+	leaseStoreTimeout = 200 * time.Millisecond
+	defer func() { leaseStoreTimeout = old }()
 	reader := sdkmetric.NewManualReader()
 	stop, err := g.Instrument(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"))
 	if err != nil {

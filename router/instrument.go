@@ -41,7 +41,9 @@ func (r *Router) instrumentGuards(regs []*registered) (stops []func(), err error
 // containsGuard reports whether g is among seen; guards of a type that cannot be compared are
 // each their own.
 func containsGuard(seen []Instrumenter, g Instrumenter) bool {
-	if !reflect.TypeOf(g).Comparable() {
+	// Value.Comparable, not Type.Comparable: a struct type is comparable even when an
+	// interface field holds a value that is not, and == would panic on it.
+	if !reflect.ValueOf(g).Comparable() {
 		return false
 	}
 	for _, s := range seen {

@@ -14,7 +14,9 @@ import (
 // Stack returns millrace's middleware for cfg in the order they must run, outermost first, for
 // use with a hand-built Watermill router (router.AddMiddleware(stack...)). It validates cfg.
 // With Config.Idempotency set, the guard is made with an empty handler name and topic; a
-// Router makes one per handler instead.
+// Router makes one per handler instead. With Config.Breaker set, set its Stop and close it when
+// the router starts to stop (a Router does): otherwise a message the breaker holds holds the
+// shutdown until CloseTimeout.
 func Stack(cfg Config) ([]message.HandlerMiddleware, error) {
 	return handlerStack(cfg, "", "", nil)
 }
@@ -55,7 +57,7 @@ func handlerStack(cfg Config, name, topic string, stop <-chan struct{}) ([]messa
 		if bc.Stop == nil {
 			bc.Stop = stop
 		}
-		if bb, ok := cfg.Adapter.(millrace.BudgetBounded); ok && cfg.Budget >= bb.MaxBudget() {
+		if bb, ok := cfg.Adapter.(millrace.BudgetBounded); ok && name != "" && cfg.Budget >= bb.MaxBudget() {
 			cfg.Logger.Warn("millrace router: the outage breaker has no room to hold a message: Budget equals the adapter's processing budget, "+
 				"so a message that had to wait is handed back unhandled (costing one delivery) instead of handled; set Budget below it",
 				slog.Duration("budget", cfg.Budget), slog.Duration("max_budget", bb.MaxBudget()))
