@@ -24,6 +24,11 @@ const (
 	HeaderOriginalKey = "millrace-original-key"
 	// HeaderLastError is the error text of the previous attempt, truncated to MaxErrorText bytes.
 	HeaderLastError = "millrace-last-error"
+	// HeaderAttemptTracePrefix starts the metadata keys that carry the span context of the
+	// attempt a retry copy comes from ("millrace-attempt-traceparent", ...), written by
+	// telemetry and carried by adapters whose retry is a new copy, so the next attempt's span
+	// links to it.
+	HeaderAttemptTracePrefix = "millrace-attempt-"
 )
 
 // MaxErrorText bounds error text carried in headers and dead-letter records.

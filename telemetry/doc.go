@@ -48,12 +48,12 @@
 // context read from the message metadata (W3C traceparent by default); it carries the attempt
 // number, the outcome and reason, the retry delay, the message UUID and the broker's native id.
 // Each span writes its own context under AttemptTraceHeader, so that where a retry is a new
-// copy built from the message as the handler saw it, the next attempt's span links to the
-// attempt before (LinkedAttempt reads it). Today that is the memory adapter only: Kafka builds
-// its retry copy from the consumed record's headers, and RabbitMQ's first tier, Redis Streams,
-// SQS and NATS deliver the original again, whose headers cannot change between deliveries;
-// there the attempts are siblings under the producer's span, without links (the conformance
-// test TraceContextSurvivesRetries logs the links it finds: 2 on memory, 0 on the others).
+// copy, the next attempt's span links to the attempt before (LinkedAttempt reads it): on the
+// memory adapter and on Kafka, whose retry copy carries it among millrace's retry headers.
+// RabbitMQ's first tier, Redis Streams, SQS and NATS deliver the original again, whose headers
+// cannot change between deliveries; there the attempts are siblings under the producer's span,
+// without links (the conformance test TraceContextSurvivesRetries logs the links it finds: 2
+// on memory and Kafka, 0 on the others).
 // Every dead letter millrace writes records the last attempt's span context, on every adapter,
 // in the record itself (deadletter.Record.Trace, key millrace-dlq-trace, a W3C traceparent
 // whatever the propagator): RecordTrace reads it, and `millrace dlq show` prints its trace and

@@ -8,19 +8,19 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/deadletter"
 )
 
 // AttemptTraceHeader prefixes the metadata keys that carry an attempt's span context
 // ("millrace-attempt-traceparent", "millrace-attempt-tracestate" with the W3C propagator). Outer
-// writes them on each delivery; an adapter whose retry copy is built from the message as the
-// handler saw it carries them on, so the next attempt's span links to the attempt before: the
-// memory adapter today (Kafka builds its copy from the consumed record's headers; the other
-// brokers deliver the original again). A dead letter records the last attempt's span context
+// writes them on each delivery; an adapter whose retry is a new copy carries them on, so the
+// next attempt's span links to the attempt before: the memory adapter, and Kafka among its
+// retry headers (the other brokers deliver the original again). A dead letter records the last attempt's span context
 // in its record instead (deadletter.Record.Trace, read by RecordTrace), which survives on every
 // adapter. The producer's own trace context ("traceparent") is read, never rewritten: every
 // attempt is a child of the producer's span.
-const AttemptTraceHeader = "millrace-attempt-"
+const AttemptTraceHeader = millrace.HeaderAttemptTracePrefix
 
 // metadataCarrier reads and writes message metadata as a TextMapCarrier.
 type metadataCarrier message.Metadata

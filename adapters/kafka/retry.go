@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -93,6 +94,14 @@ func (a *Adapter) retryRecord(ctx context.Context, msg *message.Message, d *deli
 	// names, values), then millrace's retry state: see retryHeaders.
 	state := make(message.Metadata, retryHeaderRoom)
 	millrace.SetRetryHeaders(state, next, req.FailedAt.Add(t.delay))
+	// The failed attempt's span context (telemetry writes it into the metadata), so the next
+	// attempt's span links to it. It is millrace's own state, like the retry headers: a
+	// producer's header of that name on the source record stays among the original headers.
+	for k, v := range msg.Metadata {
+		if strings.HasPrefix(k, millrace.HeaderAttemptTracePrefix) {
+			state[k] = v
+		}
+	}
 	// The first retry records where the message came from (Spring's origin if a retry topic
 	// carries one, else this source record); later copies carry it on.
 	if o, ok := OriginFromMetadata(d.stateMD); ok {
