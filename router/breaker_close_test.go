@@ -41,11 +41,12 @@ func (c contextKeeper) Subscribe(ctx context.Context, topic string) (<-chan *mes
 	return out, nil
 }
 
-// TestCloseReleasesWhatTheBreakerHolds: a message waiting in an open breaker is let through
-// when the router closes, instead of holding Close up to its CloseTimeout (a minute here); it
-// is handled once (its failure schedules a retry), never handed back into a redelivery loop
-// that would dead-letter it unhandled.
-func TestCloseReleasesWhatTheBreakerHolds(t *testing.T) {
+// heldByBreaker runs a router whose breaker (Threshold 1, no probe within the test) has opened
+// on message "opens" and holds message "held", on the memory adapter with message contexts that
+// outlive the subscription, and a CloseTimeout of a minute. It returns the adapter, the router,
+// the handler's call count, cancel for Run's ctx, and Run's result.
+func heldByBreaker(t *testing.T) (*memory.Adapter, *router.Router, *atomic.Int64, context.CancelFunc, <-chan error) {
+	t.Helper()
 	a := newMemory(t, memory.Config{})
 	r, err := router.New(router.Config{
 		Adapter: keepsContexts{a}, Policy: millrace.RetryPolicy{MaxAttempts: 5, Backoff: millrace.Fixed(time.Hour)},
@@ -55,13 +56,13 @@ func TestCloseReleasesWhatTheBreakerHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var calls atomic.Int64
+	calls := new(atomic.Int64)
 	r.Handle("h", "t", func(context.Context, *message.Message, millrace.Attempt) error {
 		calls.Add(1)
 		return errors.New("dependency down")
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	<-r.Running()
@@ -73,6 +74,15 @@ func TestCloseReleasesWhatTheBreakerHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond) // "held" reaches the open breaker and waits there
+	return a, r, calls, cancel, done
+}
+
+// TestCloseReleasesWhatTheBreakerHolds: a message waiting in an open breaker is let through
+// when the router closes, instead of holding Close up to its CloseTimeout (a minute here); it
+// is handled once (its failure schedules a retry), never handed back into a redelivery loop
+// that would dead-letter it unhandled.
+func TestCloseReleasesWhatTheBreakerHolds(t *testing.T) {
+	a, r, calls, _, done := heldByBreaker(t)
 	closed := make(chan error, 1)
 	go func() { closed <- r.Close() }()
 	select {
@@ -97,33 +107,7 @@ func TestCloseReleasesWhatTheBreakerHolds(t *testing.T) {
 // (signal.NotifyContext, the quick start) ends the holding as Close does: Run returns well
 // before its CloseTimeout (a minute) and the held message is handled once.
 func TestCancelledRunReleasesWhatTheBreakerHolds(t *testing.T) {
-	a := newMemory(t, memory.Config{})
-	r, err := router.New(router.Config{
-		Adapter: keepsContexts{a}, Policy: millrace.RetryPolicy{MaxAttempts: 5, Backoff: millrace.Fixed(time.Hour)},
-		Breaker:      &middleware.BreakerConfig{Threshold: 1, ProbeInterval: time.Hour},
-		CloseTimeout: time.Minute,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var calls atomic.Int64
-	r.Handle("h", "t", func(context.Context, *message.Message, millrace.Attempt) error {
-		calls.Add(1)
-		return errors.New("dependency down")
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	<-r.Running()
-	if err := a.Publish("t", message.NewMessage("opens", []byte("x"))); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the first call", func() bool { return calls.Load() == 1 })
-	if err := a.Publish("t", message.NewMessage("held", []byte("x"))); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond)
+	_, _, calls, cancel, done := heldByBreaker(t)
 	cancel()
 	select {
 	case <-done:
