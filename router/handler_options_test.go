@@ -200,3 +200,44 @@ type failingPublisher struct{ err error }
 
 func (p failingPublisher) Publish(string, ...*message.Message) error { return p.err }
 func (p failingPublisher) Close() error                              { return nil }
+
+// ctxPublisher records whether the messages it is given carry a deadline.
+type ctxPublisher struct {
+	mu        sync.Mutex
+	deadlines []bool
+}
+
+func (p *ctxPublisher) Publish(_ string, msgs ...*message.Message) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range msgs {
+		_, ok := m.Context().Deadline()
+		p.deadlines = append(p.deadlines, ok)
+	}
+	return nil
+}
+func (p *ctxPublisher) Close() error { return nil }
+
+// TestHandleProducingPublishesUnderTheBudget: the produced messages carry the handler's
+// context, so a publisher that honours it is bounded by the handler's Budget.
+func TestHandleProducingPublishesUnderTheBudget(t *testing.T) {
+	a := newMemory(t, memory.Config{})
+	r, err := router.New(router.Config{Adapter: a, Policy: millrace.RetryPolicy{MaxAttempts: 1}, Budget: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := &ctxPublisher{}
+	r.HandleProducing("p", "in", "out", pub, func(_ context.Context, msg *message.Message, _ millrace.Attempt) ([]*message.Message, error) {
+		return []*message.Message{message.NewMessage("o-"+msg.UUID, nil)}, nil
+	})
+	runRouter(t, r)
+	if err := a.Publish("in", message.NewMessage("m", []byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the publish", func() bool { pub.mu.Lock(); defer pub.mu.Unlock(); return len(pub.deadlines) == 1 })
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	if !pub.deadlines[0] {
+		t.Fatal("the produced message carries no deadline: the publish is not bounded by the Budget")
+	}
+}

@@ -25,12 +25,19 @@ type ProducingHandlerFunc func(ctx context.Context, msg *message.Message, attemp
 // publish and before the lease completes publishes again on the next delivery (at least once:
 // give consumers of publishTopic an idempotency key, e.g. keep the message UUIDs stable).
 // Watermill's own publishing after the handler is not used: it would nack the message on a
-// publish failure, outside millrace's retry policy.
+// publish failure, outside millrace's retry policy. The published messages carry the handler's
+// context (its Budget deadline and trace); a publisher that ignores message contexts is not
+// bounded by the Budget.
 func (r *Router) HandleProducing(name, topic, publishTopic string, pub message.Publisher, h ProducingHandlerFunc, opts ...HandlerOption) {
 	r.HandleMessage(name, topic, func(msg *message.Message) error {
 		out, err := h(msg.Context(), msg, millrace.AttemptFrom(msg))
 		if err != nil || len(out) == 0 {
 			return err
+		}
+		// The publish is part of the attempt: it runs under the handler's context (its Budget
+		// deadline, its trace), which a publisher that honours message contexts keeps to.
+		for _, m := range out {
+			m.SetContext(msg.Context())
 		}
 		if perr := pub.Publish(publishTopic, out...); perr != nil {
 			return millrace.Retry(fmt.Errorf("millrace router: publish %d message(s) to %q: %w", len(out), publishTopic, perr))
