@@ -40,15 +40,33 @@ type Handler struct {
 	// Options are kept as ready slices: passing one with ... allocates nothing per call.
 	plainAdd    []metric.AddOption                       // the handler's attributes alone
 	plainRecord []metric.RecordOption                    // the same, for histograms
-	outcomes    map[[2]string][]metric.AddOption         // (outcome, reason)
+	outcomes    [numKinds][]metric.AddOption             // by deliveryKind
 	dead        map[deadletter.Reason][]metric.AddOption // dead letters by reason
 }
 
-// deliveryKinds are the (outcome, reason) pairs a delivery can be counted under.
-var deliveryKinds = [][2]string{
-	{OutcomeSuccess, ReasonHandler}, {OutcomeDiscard, ReasonHandler}, {OutcomeMalformed, ReasonHandler},
-	{OutcomeRetry, ReasonHandler}, {OutcomeRetry, ReasonPanic}, {OutcomeRetry, ReasonTimeout},
-	{OutcomeMalformed, ReasonUndecodable}, {OutcomeRetry, ReasonOverLimit},
+// deliveryKind is one (outcome, reason) pair a delivery can be counted under: an index into
+// deliveryKinds and Handler.outcomes, so counting a delivery looks nothing up by string.
+type deliveryKind uint8
+
+const (
+	kindNone deliveryKind = iota // no handler call recorded
+	kindSuccess
+	kindDiscard
+	kindMalformed
+	kindRetry
+	kindPanic
+	kindTimeout
+	kindUndecodable
+	kindOverLimit
+	numKinds
+)
+
+// deliveryKinds are the outcome and reason of each deliveryKind.
+var deliveryKinds = [numKinds][2]string{
+	kindSuccess: {OutcomeSuccess, ReasonHandler}, kindDiscard: {OutcomeDiscard, ReasonHandler},
+	kindMalformed: {OutcomeMalformed, ReasonHandler}, kindRetry: {OutcomeRetry, ReasonHandler},
+	kindPanic: {OutcomeRetry, ReasonPanic}, kindTimeout: {OutcomeRetry, ReasonTimeout},
+	kindUndecodable: {OutcomeMalformed, ReasonUndecodable}, kindOverLimit: {OutcomeRetry, ReasonOverLimit},
 }
 
 // ForHandler returns the instrumentation of the handler info describes.
@@ -65,11 +83,11 @@ func (t *Telemetry) ForHandler(info HandlerInfo) *Handler {
 		t: t, spanName: "process " + info.Topic, base: base,
 		plainAdd:    []metric.AddOption{plain},
 		plainRecord: []metric.RecordOption{plain},
-		outcomes:    map[[2]string][]metric.AddOption{},
 		dead:        map[deadletter.Reason][]metric.AddOption{},
 	}
-	for _, k := range deliveryKinds {
-		h.outcomes[k] = []metric.AddOption{metric.WithAttributeSet(with(KeyOutcome.String(k[0]), KeyReason.String(k[1])))}
+	for k := kindSuccess; k < numKinds; k++ {
+		pair := deliveryKinds[k]
+		h.outcomes[k] = []metric.AddOption{metric.WithAttributeSet(with(KeyOutcome.String(pair[0]), KeyReason.String(pair[1])))}
 	}
 	for _, r := range []deadletter.Reason{deadletter.Exhausted, deadletter.Malformed, deadletter.Discarded} {
 		h.dead[r] = []metric.AddOption{metric.WithAttributeSet(with(KeyReason.String(string(r))))}
@@ -81,10 +99,8 @@ func (t *Telemetry) ForHandler(info HandlerInfo) *Handler {
 // that context too (it answers recordKey itself): one allocation per delivery, not two.
 type record struct {
 	context.Context
-	calls      int              // handler calls (Inner)
-	outcome    string           // the last call's
-	reason     string           // the last call's
-	attempt    millrace.Attempt // the last call's
+	calls      int          // handler calls (Inner)
+	kind       deliveryKind // the last call's outcome and reason
 	retried    bool
 	delay      time.Duration
 	deadLetter deadletter.Reason
@@ -135,9 +151,9 @@ func (h *Handler) finish(ctx context.Context, msg *message.Message, rec *record,
 		// Refused before the handler: Poison dead-lettered it (undecodable, or past MaxAttempts).
 		switch rec.deadLetter {
 		case deadletter.Malformed:
-			h.t.deliveries.Add(ctx, 1, h.outcomes[[2]string{OutcomeMalformed, ReasonUndecodable}]...)
+			h.t.deliveries.Add(ctx, 1, h.outcomes[kindUndecodable]...)
 		case deadletter.Exhausted:
-			h.t.deliveries.Add(ctx, 1, h.outcomes[[2]string{OutcomeRetry, ReasonOverLimit}]...)
+			h.t.deliveries.Add(ctx, 1, h.outcomes[kindOverLimit]...)
 		}
 	}
 	switch {
@@ -147,10 +163,7 @@ func (h *Handler) finish(ctx context.Context, msg *message.Message, rec *record,
 		h.t.dlFailures.Add(ctx, 1, h.plainAdd...)
 	}
 	ended := err == nil && !rec.retried && (rec.calls > 0 || rec.deadLetter != "")
-	attempt := rec.attempt
-	if rec.calls == 0 {
-		attempt = millrace.AttemptFrom(msg)
-	}
+	attempt := millrace.AttemptFrom(msg) // the last attempt's: Retry leaves it in the message context
 	if ended {
 		n := attempt.Number
 		if rec.deadLetter != "" && rec.dlAttempts > 0 {
@@ -168,8 +181,9 @@ func (h *Handler) finish(ctx context.Context, msg *message.Message, rec *record,
 	if attempt.NativeID != "" {
 		attrs = append(attrs, KeyNativeID.String(attempt.NativeID))
 	}
-	if rec.outcome != "" {
-		attrs = append(attrs, KeyOutcome.String(rec.outcome), KeyReason.String(rec.reason))
+	outcome, reason := deliveryKinds[rec.kind][0], deliveryKinds[rec.kind][1]
+	if rec.kind != kindNone {
+		attrs = append(attrs, KeyOutcome.String(outcome), KeyReason.String(reason))
 	}
 	if rec.retried {
 		attrs = append(attrs, KeyDelay.Float64(rec.delay.Seconds()))
@@ -181,8 +195,8 @@ func (h *Handler) finish(ctx context.Context, msg *message.Message, rec *record,
 	switch {
 	case err != nil:
 		span.SetStatus(codes.Error, err.Error())
-	case rec.outcome != "" && rec.outcome != OutcomeSuccess:
-		span.SetStatus(codes.Error, rec.outcome)
+	case rec.kind != kindNone && rec.kind != kindSuccess:
+		span.SetStatus(codes.Error, outcome)
 	}
 	span.End()
 }
@@ -193,22 +207,21 @@ func (h *Handler) Inner() message.HandlerMiddleware {
 	return func(next message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			ctx := msg.Context()
-			attempt := millrace.AttemptFrom(msg)
 			start := time.Now()
 			out, err := next(msg)
 			elapsed := time.Since(start)
 			if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 				return out, err // shutting down: no outcome
 			}
-			outcome, reason := classify(err)
-			if reason == ReasonPanic {
+			kind := classify(err)
+			if kind == kindPanic {
 				h.t.panics.Add(ctx, 1, h.plainAdd...)
 			}
-			h.t.deliveries.Add(ctx, 1, h.outcomes[[2]string{outcome, reason}]...)
+			h.t.deliveries.Add(ctx, 1, h.outcomes[kind]...)
 			h.t.duration.Record(ctx, elapsed.Seconds(), h.plainRecord...)
 			if rec := recordFrom(ctx); rec != nil {
 				rec.calls++
-				rec.outcome, rec.reason, rec.attempt = outcome, reason, attempt
+				rec.kind = kind
 			}
 			return out, err
 		}
@@ -216,24 +229,24 @@ func (h *Handler) Inner() message.HandlerMiddleware {
 }
 
 // classify names the outcome of a classified error (Classify is inside Inner).
-func classify(err error) (outcome, reason string) {
+func classify(err error) deliveryKind {
 	if err == nil {
-		return OutcomeSuccess, ReasonHandler
+		return kindSuccess
 	}
 	if oe := millrace.Classify(err, nil); oe.Outcome == millrace.OutcomeDiscard {
 		if oe.Malformed {
-			return OutcomeMalformed, ReasonHandler
+			return kindMalformed
 		}
-		return OutcomeDiscard, ReasonHandler
+		return kindDiscard
 	}
 	var p *millrace.PanicError
 	switch {
 	case errors.As(err, &p):
-		return OutcomeRetry, ReasonPanic
+		return kindPanic
 	case errors.Is(err, context.DeadlineExceeded):
-		return OutcomeRetry, ReasonTimeout
+		return kindTimeout
 	}
-	return OutcomeRetry, ReasonHandler
+	return kindRetry
 }
 
 // OnRetry is the router's OnRetry hook part: it counts the retry and notes its delay.
