@@ -43,3 +43,12 @@ type PartitionBacklog struct {
 type BacklogReporter interface {
 	Backlog(ctx context.Context, topic string) (Backlog, error)
 }
+
+// ConsumerGroupNamer is an Adapter that names the consumer group its subscriptions to a topic
+// join (a Kafka consumer group, a Redis Streams group, a NATS durable): the router labels the
+// topic's telemetry with it (messaging.consumer.group.name). An adapter whose broker has no
+// such name (RabbitMQ and SQS, where the queue is the destination) does not implement it, or
+// returns "".
+type ConsumerGroupNamer interface {
+	ConsumerGroup(topic string) string
+}

@@ -36,7 +36,11 @@ func handlerStack(cfg Config, name, topic string, stop <-chan struct{}) ([]messa
 	var tel *telemetry.Handler
 	var stack []message.HandlerMiddleware
 	if cfg.Telemetry != nil {
-		tel = cfg.Telemetry.ForHandler(telemetry.HandlerInfo{Name: name, Topic: topic, Broker: caps.Broker})
+		info := telemetry.HandlerInfo{Name: name, Topic: topic, Broker: caps.Broker}
+		if g, ok := cfg.Adapter.(millrace.ConsumerGroupNamer); ok {
+			info.ConsumerGroup = g.ConsumerGroup(topic)
+		}
+		tel = cfg.Telemetry.ForHandler(info)
 		stack = append(stack, tel.Outer())
 		cfg.OnRetry = withRetryHook(tel.OnRetry, cfg.OnRetry)
 		cfg.OnDeadLetter = withDeadLetterHook(tel.OnDeadLetter, cfg.OnDeadLetter)
