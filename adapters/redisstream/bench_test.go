@@ -4,11 +4,14 @@ package redisstream
 //
 //	go test -run '^$' -bench 'Consume' -benchtime 30000x -count 5 ./adapters/redisstream/
 //	go test -run '^$' -bench 'Reclaim|RecoverPass' -benchtime 3x ./adapters/redisstream/
+//	go test -run '^$' -bench 'ConsumeAnchors' -benchtime 1x ./adapters/redisstream/ -redisstream.msgs 20000 -redisstream.rounds 7
 //
-// One op of BenchmarkConsume is one message; one op of BenchmarkReclaim is a whole scenario.
+// One op of BenchmarkConsume is one message; one op of BenchmarkReclaim is a whole scenario;
+// one op of BenchmarkConsumeAnchors is every round of it (run it with -benchtime 1x).
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -22,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/internal/benchround"
 	"github.com/millrace/millrace/router"
 )
 
@@ -320,4 +324,134 @@ func BenchmarkRecoverPass(b *testing.B) {
 			}
 		})
 	}
+}
+
+var (
+	anchorMsgs   = flag.Int("redisstream.msgs", 20000, "BenchmarkConsumeAnchors: messages each variant consumes per round")
+	anchorRounds = flag.Int("redisstream.rounds", 5, "BenchmarkConsumeAnchors: interleaved rounds")
+)
+
+// BenchmarkConsumeAnchors compares, in interleaved rounds (benchround), the happy path of three
+// consumers of -redisstream.msgs messages each, every one on a stream of its own filled before
+// its turn (the fill is not timed) and deleted after it:
+//   - millrace: the millrace router on this adapter (Window 64, Budget 10 s);
+//   - watermill-redisstream: its subscriber behind a plain Watermill router (its defaults);
+//   - raw: a go-redis loop, XREADGROUP COUNT 100 then one XACK of the batch, one goroutine.
+//
+// The figure is msg/s from the consumer's start until its last message was handled; the
+// ratios are millrace's over each anchor's, round by round.
+func BenchmarkConsumeAnchors(b *testing.B) {
+	n := max(*anchorMsgs, 1)
+	a := benchAdapter(b, Config{})
+	c := testClient(b)
+	// round prepares a filled stream (untimed), runs consume on it and drops it again.
+	round := func(consume func(b *testing.B, stream string) float64) func(b *testing.B) float64 {
+		return func(b *testing.B) float64 {
+			b.StopTimer()
+			stream := uniqueStream(b)
+			fillStream(b, a, stream, n)
+			b.StartTimer()
+			rate := consume(b, stream)
+			b.StopTimer()
+			c.Del(context.Background(), stream, a.retryKey(stream))
+			b.StartTimer()
+			return rate
+		}
+	}
+	millraceV := func(b *testing.B, stream string) float64 {
+		r, err := router.New(router.Config{Adapter: a, Policy: fixed(3, time.Minute), Budget: 10 * time.Second, Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		count, done := countTo(n)
+		r.Handle("bench", stream, func(context.Context, *message.Message, millrace.Attempt) error {
+			count()
+			return nil
+		})
+		return timeUntil(b, n, r.Run, r.Close, done)
+	}
+	watermillV := func(b *testing.B, stream string) float64 {
+		client := redis.NewClient(mustParseURL(b))
+		defer func() { _ = client.Close() }()
+		sub, err := wmredis.NewSubscriber(wmredis.SubscriberConfig{Client: client, ConsumerGroup: "bench-wm"}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r, err := message.NewRouter(message.RouterConfig{}, watermill.NewSlogLogger(quiet))
+		if err != nil {
+			b.Fatal(err)
+		}
+		count, done := countTo(n)
+		r.AddConsumerHandler("bench", stream, sub, func(*message.Message) error {
+			count()
+			return nil
+		})
+		return timeUntil(b, n, r.Run, r.Close, done)
+	}
+	rawV := func(b *testing.B, stream string) float64 {
+		ctx := context.Background()
+		if err := c.XGroupCreateMkStream(ctx, stream, "bench-raw", "0").Err(); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		for got := 0; got < n; {
+			res, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "bench-raw", Consumer: "raw",
+				Streams: []string{stream, ">"}, Count: 100, Block: time.Second}).Result()
+			if err != nil {
+				b.Fatalf("XREADGROUP: %v", err)
+			}
+			ids := make([]string, 0, 100)
+			for _, m := range res[0].Messages {
+				ids = append(ids, m.ID)
+			}
+			if err := c.XAck(ctx, stream, "bench-raw", ids...).Err(); err != nil {
+				b.Fatalf("XACK: %v", err)
+			}
+			got += len(ids)
+		}
+		return float64(n) / time.Since(start).Seconds()
+	}
+	res := benchround.Interleave(b, *anchorRounds,
+		benchround.Variant{Name: "millrace", Run: round(millraceV)},
+		benchround.Variant{Name: "watermill-redisstream", Run: round(watermillV)},
+		benchround.Variant{Name: "raw", Run: round(rawV)},
+	)
+	benchround.Report(b, res, "msg/s",
+		benchround.Pair{A: "millrace", B: "raw", Target: ">= 0.5"},
+		benchround.Pair{A: "millrace", B: "watermill-redisstream", Target: "> 1"})
+}
+
+// countTo returns a handler's counter and the channel closed when it reaches want.
+func countTo(want int) (func(), chan struct{}) {
+	var n atomic.Int64
+	done := make(chan struct{})
+	return func() {
+		if n.Add(1) == int64(want) {
+			close(done)
+		}
+	}, done
+}
+
+// timeUntil runs a router until done closes and returns n messages over the time from its
+// start, then closes it.
+func timeUntil(b *testing.B, n int, run func(context.Context) error, closeFn func() error, done chan struct{}) float64 {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan error, 1)
+	start := time.Now()
+	go func() { errs <- run(ctx) }()
+	select {
+	case <-done:
+	case err := <-errs:
+		b.Fatalf("router stopped: %v", err)
+	case <-time.After(5 * time.Minute):
+		b.Fatal("timed out")
+	}
+	rate := float64(n) / time.Since(start).Seconds()
+	b.StopTimer()
+	_ = closeFn()
+	<-errs
+	b.StartTimer()
+	return rate
 }
