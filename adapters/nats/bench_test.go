@@ -7,15 +7,17 @@ package nats
 // One op is one message consumed and acknowledged (the handler returns nil).
 //
 // BenchmarkConsumeAnchors runs four consumers of b.N messages each, in rounds interleaved
-// A, B, C, D, A, B, C, D (-nats.rounds rounds, 3 by default), each on a stream of its own
-// filled before its turn: the millrace router on this adapter (Window 64); a raw jetstream
-// loop (Messages with PullMaxMessages(64), Ack per message); watermill-nats's JetStream
+// A, B, C, D, A, B, C, D (-nats.rounds rounds, 3 by default; internal/benchround), each on a
+// stream of its own filled before its turn: the millrace router on this adapter (Window 64);
+// a raw jetstream loop (Messages with PullMaxMessages(64), Ack per message); watermill-nats's JetStream
 // subscriber (pkg/jetstream, AckAsync, PullMaxMessages(64)) read in a loop that acks every
 // message; and that subscriber behind a plain Watermill router. All four read the same
-// durable consumer configuration. It logs each variant's runs with their min / median / max
-// and the min / median / max of the per-round ratios millrace / each other variant (same
-// round, seconds apart), and reports the medians; go test's first run with b.N = 1 reports
-// and logs nothing.
+// durable consumer configuration. It prints, as benchround lines, each variant's msg/s and
+// the per-round ratios millrace / each other variant (same round, seconds apart), each as
+// min / median / max, and reports the medians; go test's first run with b.N = 1 measures
+// nothing. `go run ./tools/bench -only nats` runs it with the other ratio benchmarks:
+//
+//	go test -run '^$' -bench 'ConsumeAnchors' -benchtime 20000x -count 1 ./adapters/nats/ -nats.rounds 7
 //
 // BenchmarkConsume runs the other variants once per benchmark run: the raw loop, this
 // adapter's subscriber behind a plain Watermill router (Window 64), and the millrace router
@@ -25,11 +27,8 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,6 +39,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/internal/benchround"
 	"github.com/millrace/millrace/router"
 )
 
@@ -250,73 +250,40 @@ func consumeWatermillNATSRouter(b *testing.B, a *Adapter, subject string, n int)
 }
 
 // BenchmarkConsumeAnchors compares the millrace router (Window 64) with a raw jetstream loop
-// and with watermill-nats's JetStream subscriber, in interleaved rounds (see the file comment).
+// and with watermill-nats's JetStream subscriber, in rounds interleaved by benchround (see the
+// file comment). Every variant's run consumes b.N messages from a stream of its own, filled
+// before its turn with the timer stopped. It prints benchround lines (msg/s per variant, and
+// the per-round ratios millrace / each other variant; target: ahead of watermill-nats behind a
+// Watermill router), which `go run ./tools/bench` collects. go test's probe run (b.N = 1)
+// measures and reports nothing.
 func BenchmarkConsumeAnchors(b *testing.B) {
+	if b.N == 1 {
+		return // go test's probe run: its rates would mean nothing
+	}
 	a := benchAdapter(b, 64)
-	type variant struct {
-		name    string
-		consume func(b *testing.B, a *Adapter, subject string, n int) float64
-		rates   []float64
-	}
-	vs := []*variant{
-		{name: "millrace", consume: consumeMillrace},
-		{name: "raw-jetstream", consume: consumeRaw},
-		{name: "watermill-nats", consume: consumeWatermillNATS},
-		{name: "watermill-nats-router", consume: consumeWatermillNATSRouter},
-	}
-	rounds := max(*benchRounds, 1)
-	b.ResetTimer()
-	for range rounds {
-		for _, v := range vs {
+	variant := func(name string, consume func(b *testing.B, a *Adapter, subject string, n int) float64) benchround.Variant {
+		return benchround.Variant{Name: name, Run: func(b *testing.B) float64 {
 			b.StopTimer()
 			subject := uniqueSubject(b)
 			fillSubject(b, a, subject, b.N)
 			b.StartTimer()
-			v.rates = append(v.rates, v.consume(b, a, subject, b.N))
+			rate := consume(b, a, subject, b.N)
 			b.StopTimer()
 			dropSubject(a, subject)
-		}
+			return rate
+		}}
 	}
-	if b.N == 1 {
-		return // go test's probe run: its rates mean nothing, and its log would crowd out the real one's
-	}
-	for _, v := range vs {
-		b.Logf("%-21s msg/s median %6.0f  min %6.0f  max %6.0f  runs %s", v.name, median(v.rates), slices.Min(v.rates), slices.Max(v.rates), formatRates(v.rates))
-		b.ReportMetric(median(v.rates), v.name+"-msg/s")
-	}
-	for _, other := range vs[1:] {
-		ratio := make([]float64, rounds)
-		for r := range rounds {
-			ratio[r] = vs[0].rates[r] / other.rates[r]
-		}
-		b.Logf("millrace / %s per round %s: min %.2f median %.2f max %.2f", other.name, formatRatios(ratio), slices.Min(ratio), median(ratio), slices.Max(ratio))
-		b.ReportMetric(median(ratio), "millrace/"+other.name)
-	}
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 0 {
-		return (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return s[len(s)/2]
-}
-
-func formatRates(xs []float64) string {
-	parts := make([]string, len(xs))
-	for i, x := range xs {
-		parts[i] = fmt.Sprintf("%.0f", x)
-	}
-	return strings.Join(parts, " / ")
-}
-
-func formatRatios(xs []float64) string {
-	parts := make([]string, len(xs))
-	for i, x := range xs {
-		parts[i] = fmt.Sprintf("%.2f", x)
-	}
-	return strings.Join(parts, " ")
+	r := benchround.Interleave(b, *benchRounds,
+		variant("millrace", consumeMillrace),
+		variant("raw-jetstream", consumeRaw),
+		variant("watermill-nats", consumeWatermillNATS),
+		variant("watermill-nats-router", consumeWatermillNATSRouter),
+	)
+	benchround.Report(b, r, "msg/s",
+		benchround.Pair{A: "millrace", B: "raw-jetstream"},
+		benchround.Pair{A: "millrace", B: "watermill-nats"},
+		benchround.Pair{A: "millrace", B: "watermill-nats-router", Target: "> 1"},
+	)
 }
 
 // BenchmarkConsume runs the raw jetstream loop, this adapter's subscriber behind a plain
