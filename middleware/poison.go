@@ -72,7 +72,8 @@ func poisonFailed(dl DeadLetterer, cfg *PoisonConfig, logger *slog.Logger, now f
 		return out, err
 	case reason == deadletter.Discarded && !cfg.DeadLetterDiscards:
 		logger.InfoContext(msg.Context(), "millrace: message discarded",
-			slog.String("message_uuid", msg.UUID), slog.String("error", cause.Error()))
+			slog.String("message_uuid", msg.UUID), slog.String("outcome", millrace.OutcomeDiscard.String()),
+			slog.String("error", cause.Error()))
 		return nil, nil
 	}
 	rec := record(msg, reason, cause, attempts, cfg.Broker, now())
@@ -91,13 +92,26 @@ func poisonFailed(dl DeadLetterer, cfg *PoisonConfig, logger *slog.Logger, now f
 // time since the first attempt, the next delay). Apart from poisonFailed to keep its
 // attributes off that frame.
 func logDeadLettered(ctx context.Context, logger *slog.Logger, uuid string, reason deadletter.Reason, attempts int, lastError string, err error) {
-	attrs := []slog.Attr{slog.String("message_uuid", uuid), slog.String("reason", string(reason)),
-		slog.Int("attempts", attempts), slog.String("error", lastError)}
+	attrs := []slog.Attr{slog.String("message_uuid", uuid), slog.String("outcome", deadLetterOutcome(reason)),
+		slog.String("reason", string(reason)), slog.Int("attempts", attempts), slog.String("error", lastError)}
 	var ex *millrace.ExhaustedError
 	if errors.As(err, &ex) && ex.MaxElapsed > 0 {
 		attrs = append(attrs, slog.String("elapsed_limit", fmt.Sprintf("%s: %s since the first attempt + next delay %s", ex.MaxElapsed, ex.Elapsed, ex.NextDelay)))
 	}
 	logger.LogAttrs(ctx, slog.LevelWarn, "millrace: message dead-lettered", attrs...)
+}
+
+// deadLetterOutcome is the outcome a dead letter's log line reports: the last attempt's
+// (RETRY for an exhausted message, DISCARD for a dead-lettered discard) or MALFORMED for a
+// message that could not be decoded or was classified malformed, as telemetry counts them.
+func deadLetterOutcome(reason deadletter.Reason) string {
+	switch reason {
+	case deadletter.Malformed:
+		return "MALFORMED"
+	case deadletter.Discarded:
+		return millrace.OutcomeDiscard.String()
+	}
+	return millrace.OutcomeRetry.String()
 }
 
 // deadLettered calls the OnDeadLetter hook. It takes the record by pointer and builds the

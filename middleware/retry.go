@@ -267,13 +267,13 @@ func retryPublishFailed(serr error, attempt int, cause error) error {
 
 func logImmediate(ctx context.Context, logger *slog.Logger, uuid string, attempt, maxAttempts int, cause error) {
 	logger.LogAttrs(ctx, slog.LevelDebug, "millrace: attempt failed, trying again at once",
-		slog.String("message_uuid", uuid), slog.Int("attempt", attempt),
+		slog.String("message_uuid", uuid), slog.String("outcome", millrace.OutcomeRetry.String()), slog.Int("attempt", attempt),
 		slog.Int("max_attempts", maxAttempts), slog.String("error", cause.Error()))
 }
 
 func logRetryScheduled(ctx context.Context, logger *slog.Logger, uuid string, attempt, maxAttempts int, delay time.Duration, cause error) {
 	logger.LogAttrs(ctx, slog.LevelInfo, "millrace: attempt failed, retry scheduled",
-		slog.String("message_uuid", uuid), slog.Int("attempt", attempt),
+		slog.String("message_uuid", uuid), slog.String("outcome", millrace.OutcomeRetry.String()), slog.Int("attempt", attempt),
 		slog.Int("max_attempts", maxAttempts),
 		slog.Duration("delay", delay), slog.String("error", cause.Error()))
 }

@@ -30,8 +30,9 @@ func handlerStack(cfg Config, name, topic string, stop <-chan struct{}) ([]messa
 	cfg.setDefaults()
 	caps := cfg.Adapter.Capabilities()
 	if name != "" {
-		// Every line the handler's middleware logs names the handler, its topic and the broker.
-		cfg.Logger = cfg.Logger.With(slog.String("handler", name), slog.String("topic", topic), slog.String("broker", caps.Broker))
+		// Every line the handler's middleware logs names the handler, its topic and the broker,
+		// and the message's attempt and native id (messageLogHandler).
+		cfg.Logger = withMessageAttrs(cfg.Logger).With(slog.String("handler", name), slog.String("topic", topic), slog.String("broker", caps.Broker))
 	}
 	var tel *telemetry.Handler
 	var stack []message.HandlerMiddleware
