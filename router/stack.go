@@ -37,7 +37,7 @@ func handlerStack(cfg Config, name, topic string, stop <-chan struct{}) ([]messa
 	var tel *telemetry.Handler
 	var stack []message.HandlerMiddleware
 	if cfg.Telemetry != nil {
-		info := telemetry.HandlerInfo{Name: name, Topic: topic, Broker: caps.Broker}
+		info := telemetry.HandlerInfo{Name: name, Topic: topic, Broker: caps.Broker, ImmediateAttempts: cfg.Policy.Immediate}
 		if g, ok := cfg.Adapter.(millrace.ConsumerGroupNamer); ok {
 			info.ConsumerGroup = g.ConsumerGroup(topic)
 		}

@@ -47,6 +47,10 @@
 // One span per delivery, "process <topic>", kind consumer, a child of the producer's trace
 // context read from the message metadata (W3C traceparent by default); it carries the attempt
 // number, the outcome and reason, the retry delay, the message UUID and the broker's native id.
+// A delivery makes one attempt unless the policy has immediate attempts (RetryPolicy.Immediate):
+// then each handler call gets a span of its own, "attempt <topic>", a child of the delivery's
+// span with its attempt number, outcome and reason, linked to the call before it in that
+// delivery (HandlerInfo.ImmediateAttempts).
 // Each span writes its own context under AttemptTraceHeader, so that where a retry is a new
 // copy, the next attempt's span links to the attempt before (LinkedAttempt reads it): on the
 // memory adapter and on Kafka, whose retry copy carries it among millrace's retry headers.

@@ -27,6 +27,11 @@ type HandlerInfo struct {
 	// ConsumerGroup is the consumer group, durable or queue, when known
 	// (messaging.consumer.group.name); "" leaves the attribute out.
 	ConsumerGroup string
+	// ImmediateAttempts is the handler's RetryPolicy.Immediate. Above 0 a delivery can call the
+	// handler more than once, and each call gets a span of its own ("attempt <topic>", a child
+	// of the delivery's span, linked to the delivery's attempt before it); at 0 the delivery's
+	// span is its one attempt's.
+	ImmediateAttempts int
 }
 
 // Handler is the instrumentation of one handler: two middlewares (Outer, outermost; Inner,
@@ -36,7 +41,10 @@ type HandlerInfo struct {
 type Handler struct {
 	t        *Telemetry
 	spanName string
-	base     []attribute.KeyValue
+	// attemptSpanName is set when a delivery can make several attempts (ImmediateAttempts > 0):
+	// Inner then starts a span per handler call.
+	attemptSpanName string
+	base            []attribute.KeyValue
 	// Options are kept as ready slices: passing one with ... allocates nothing per call.
 	plainAdd    []metric.AddOption                       // the handler's attributes alone
 	plainRecord []metric.RecordOption                    // the same, for histograms
@@ -85,6 +93,9 @@ func (t *Telemetry) ForHandler(info HandlerInfo) *Handler {
 		plainRecord: []metric.RecordOption{plain},
 		dead:        map[deadletter.Reason][]metric.AddOption{},
 	}
+	if info.ImmediateAttempts > 0 {
+		h.attemptSpanName = "attempt " + info.Topic
+	}
 	for k := kindSuccess; k < numKinds; k++ {
 		pair := deliveryKinds[k]
 		h.outcomes[k] = []metric.AddOption{metric.WithAttributeSet(with(KeyOutcome.String(pair[0]), KeyReason.String(pair[1])))}
@@ -105,6 +116,9 @@ type record struct {
 	delay      time.Duration
 	deadLetter deadletter.Reason
 	dlAttempts int
+	// lastAttempt is the span of the delivery's previous handler call, when Inner starts one
+	// per call: the next call's span links to it.
+	lastAttempt trace.SpanContext
 }
 
 type recordKey struct{}
@@ -207,13 +221,26 @@ func (h *Handler) Inner() message.HandlerMiddleware {
 	return func(next message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			ctx := msg.Context()
+			var span trace.Span
+			if h.attemptSpanName != "" && h.t.tracing {
+				span = h.startAttemptSpan(ctx, msg)
+			}
 			start := time.Now()
 			out, err := next(msg)
 			elapsed := time.Since(start)
+			if span != nil {
+				msg.SetContext(ctx)
+			}
 			if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				if span != nil {
+					span.End()
+				}
 				return out, err // shutting down: no outcome
 			}
 			kind := classify(err)
+			if span != nil {
+				h.endAttemptSpan(span, kind, err)
+			}
 			if kind == kindPanic {
 				h.t.panics.Add(ctx, 1, h.plainAdd...)
 			}
@@ -226,6 +253,34 @@ func (h *Handler) Inner() message.HandlerMiddleware {
 			return out, err
 		}
 	}
+}
+
+// startAttemptSpan starts the span of one handler call of a delivery that can make several
+// (RetryPolicy.Immediate), as a child of the delivery's span in ctx, linked to the delivery's
+// previous call's, and puts it in msg's context for the handler.
+func (h *Handler) startAttemptSpan(ctx context.Context, msg *message.Message) trace.Span {
+	a := millrace.AttemptFrom(msg)
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(KeyAttempt.Int(a.Number))}
+	rec := recordFrom(ctx)
+	if rec != nil && rec.lastAttempt.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: rec.lastAttempt}))
+	}
+	actx, span := h.t.tracer.Start(ctx, h.attemptSpanName, opts...)
+	if rec != nil {
+		rec.lastAttempt = span.SpanContext()
+	}
+	msg.SetContext(actx)
+	return span
+}
+
+// endAttemptSpan records one handler call's outcome on its span and ends it.
+func (h *Handler) endAttemptSpan(span trace.Span, kind deliveryKind, err error) {
+	span.SetAttributes(KeyOutcome.String(deliveryKinds[kind][0]), KeyReason.String(deliveryKinds[kind][1]))
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }
 
 // classify names the outcome of a classified error (Classify is inside Inner).

@@ -367,3 +367,78 @@ func TestRecordTrace(t *testing.T) {
 		}
 	}
 }
+
+// TestOneSpanPerImmediateAttempt: with RetryPolicy.Immediate each handler call of a delivery
+// has a span of its own, a child of the delivery's span with its attempt number and outcome,
+// linked to the call before it; the handler sees its own attempt's span.
+func TestOneSpanPerImmediateAttempt(t *testing.T) {
+	o := newObserved(t, millrace.RetryPolicy{MaxAttempts: 3, Immediate: 2, Backoff: millrace.Fixed(time.Millisecond)})
+	var seen []trace.SpanID
+	o.r.Handle("h", "work", func(ctx context.Context, _ *message.Message, at millrace.Attempt) error {
+		seen = append(seen, trace.SpanContextFromContext(ctx).SpanID())
+		if at.Number < 3 {
+			return errors.New("down")
+		}
+		return nil
+	})
+	o.run(t)
+	if err := o.a.Publish("work", message.NewMessage("m", []byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	o.settle(t, "work")
+	var delivery sdktrace.ReadOnlySpan
+	attempts := map[int64]sdktrace.ReadOnlySpan{}
+	for _, s := range o.spans.Ended() {
+		switch s.Name() {
+		case "process work":
+			delivery = s
+		case "attempt work":
+			var n int64
+			for _, kv := range s.Attributes() {
+				if kv.Key == telemetry.KeyAttempt {
+					n = kv.Value.AsInt64()
+				}
+			}
+			attempts[n] = s
+		default:
+			t.Errorf("unexpected span %q", s.Name())
+		}
+	}
+	if delivery == nil || len(attempts) != 3 {
+		t.Fatalf("delivery span %v, attempt spans %v: want one delivery span and attempts 1, 2, 3", delivery != nil, attempts)
+	}
+	if len(seen) != 3 {
+		t.Fatalf("%d handler calls, want 3", len(seen))
+	}
+	for n := int64(1); n <= 3; n++ {
+		s := attempts[n]
+		if s == nil {
+			t.Fatalf("no span for attempt %d", n)
+		}
+		if s.Parent().SpanID() != delivery.SpanContext().SpanID() {
+			t.Errorf("attempt %d: parent %s, want the delivery's span %s", n, s.Parent().SpanID(), delivery.SpanContext().SpanID())
+		}
+		if seen[n-1] != s.SpanContext().SpanID() {
+			t.Errorf("attempt %d: the handler saw span %s, want its attempt's %s", n, seen[n-1], s.SpanContext().SpanID())
+		}
+		outcome := ""
+		for _, kv := range s.Attributes() {
+			if kv.Key == telemetry.KeyOutcome {
+				outcome = kv.Value.AsString()
+			}
+		}
+		if want := map[int64]string{1: "RETRY", 2: "RETRY", 3: "SUCCESS"}[n]; outcome != want {
+			t.Errorf("attempt %d: outcome %q, want %q", n, outcome, want)
+		}
+		links := s.Links()
+		if n == 1 {
+			if len(links) != 0 {
+				t.Errorf("attempt 1 links %v, want none", links)
+			}
+			continue
+		}
+		if len(links) != 1 || links[0].SpanContext.SpanID() != attempts[n-1].SpanContext().SpanID() {
+			t.Errorf("attempt %d links %v, want attempt %d's span", n, links, n-1)
+		}
+	}
+}
