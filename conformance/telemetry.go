@@ -30,7 +30,9 @@ type telemetryReading struct {
 }
 
 // readTelemetry collects reader and keeps the points of topic.
-func readTelemetry(t *testing.T, reader *sdkmetric.ManualReader, topic, handler, broker string) telemetryReading {
+// group is the consumer group the handler's metrics must carry as messaging.consumer.group.name
+// ("": none).
+func readTelemetry(t *testing.T, reader *sdkmetric.ManualReader, topic, handler, broker, group string) telemetryReading {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
@@ -46,6 +48,9 @@ func readTelemetry(t *testing.T, reader *sdkmetric.ManualReader, topic, handler,
 		}
 		if v, _ := set.Value(telemetry.KeyHandler); withHandler && v.AsString() != handler {
 			r.bad = append(r.bad, fmt.Sprintf("%s: millrace.handler %q, want %q", name, v.AsString(), handler))
+		}
+		if v, _ := set.Value(telemetry.KeyConsumerGroup); withHandler && v.AsString() != group {
+			r.bad = append(r.bad, fmt.Sprintf("%s: messaging.consumer.group.name %q, want %q (the adapter's ConsumerGroup)", name, v.AsString(), group))
 		}
 		var parts []string
 		for _, k := range []attribute.Key{telemetry.KeyOutcome, telemetry.KeyReason} {
@@ -95,7 +100,9 @@ func readTelemetry(t *testing.T, reader *sdkmetric.ManualReader, topic, handler,
 // reader) runs a known workload: n messages succeed, m fail once then succeed, k fail every
 // attempt (MaxAttempts 3) and are dead-lettered, 1 is Malformed. The counters read back
 // exactly: deliveries by outcome and reason, retries, dead letters by reason, no failures or
-// panics, the attempts histogram (count and sum) and the handler-duration count; and where the
+// panics, the attempts histogram (count and sum) and the handler-duration count; every handler
+// metric carries the adapter's consumer group (millrace.ConsumerGroupNamer; none when the
+// adapter names none) as messaging.consumer.group.name; and where the
 // adapter is a millrace.BacklogReporter, the dead-letter depth gauge settles at k+1 (nothing
 // reads the dead letters here).
 func testTelemetryCountsAKnownWorkload(t *testing.T, h Harness, opts Options) {
@@ -151,8 +158,12 @@ func testTelemetryCountsAKnownWorkload(t *testing.T, h Harness, opts Options) {
 		return r.attempts.Count == uint64(ended)
 	}
 	caps := f.adapter.Capabilities()
+	group := ""
+	if g, ok := f.adapter.(millrace.ConsumerGroupNamer); ok {
+		group = g.ConsumerGroup(f.topic)
+	}
 	deadline := time.Now().Add(opts.Timeout)
-	for r := readTelemetry(t, reader, f.topic, f.handler, caps.Broker); !matches(r); r = readTelemetry(t, reader, f.topic, f.handler, caps.Broker) {
+	for r := readTelemetry(t, reader, f.topic, f.handler, caps.Broker, group); !matches(r); r = readTelemetry(t, reader, f.topic, f.handler, caps.Broker, group) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for the counters of the workload: %v, attempts count %d", opts.Timeout, r.sums, r.attempts.Count)
 		}
@@ -162,7 +173,7 @@ func testTelemetryCountsAKnownWorkload(t *testing.T, h Harness, opts Options) {
 	if got := f.snapshot(); len(got) != calls {
 		t.Fatalf("want exactly %d handler calls, got %d: %s", calls, len(got), describe(got))
 	}
-	r := readTelemetry(t, reader, f.topic, f.handler, caps.Broker)
+	r := readTelemetry(t, reader, f.topic, f.handler, caps.Broker, group)
 	for _, b := range r.bad {
 		t.Error(b)
 	}
@@ -194,7 +205,7 @@ func testTelemetryCountsAKnownWorkload(t *testing.T, h Harness, opts Options) {
 	}
 	depthDeadline := time.Now().Add(opts.Timeout)
 	for {
-		r = readTelemetry(t, reader, f.topic, f.handler, caps.Broker)
+		r = readTelemetry(t, reader, f.topic, f.handler, caps.Broker, group)
 		if d, ok := r.gauges["millrace.dead_letter.depth"]; ok && d == k+1 {
 			break
 		}
