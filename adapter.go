@@ -34,6 +34,13 @@ type Capabilities struct {
 	// (the attempt middleware fills the first delivery's with its own time). A policy's
 	// MaxElapsed is refused where it is false. See RetryPolicy for what each broker's time is.
 	KnowsFirstAttempt bool
+	// CarriesAttemptTrace is true when a retry brings the failed attempt's span context (the
+	// metadata keys under HeaderAttemptTracePrefix, which telemetry writes on each delivery)
+	// back with the next delivery, so that the next attempt's span links to the failed one's:
+	// in the retry copy's headers, or in the adapter's retry state where the broker delivers
+	// the original again. The conformance suite holds an adapter that declares it to the
+	// links (TraceContextSurvivesRetries).
+	CarriesAttemptTrace bool
 }
 
 // Disposition tells the retry middleware what to do with the original after a retry was scheduled.

@@ -22,8 +22,8 @@ const producerTraceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b
 
 // testTraceContextSurvivesRetries: with telemetry on, a message from a producer with a
 // traceparent fails every attempt (3) and is dead-lettered. Every attempt's span is a child of
-// the producer's span; a span that links (where the adapter retries with a copy) links to the
-// attempt before; the dead letter keeps the producer's traceparent byte for byte and its record
+// the producer's span; a span that links links to the attempt before, and where the adapter
+// declares Capabilities.CarriesAttemptTrace, attempts 2 and 3 each link to the one before; the dead letter keeps the producer's traceparent byte for byte and its record
 // carries the last attempt's span context (Record.Trace, read by telemetry.RecordTrace), also
 // where the dead letter is written from the broker's original content.
 func testTraceContextSurvivesRetries(t *testing.T, h Harness, opts Options) {
@@ -71,6 +71,9 @@ func testTraceContextSurvivesRetries(t *testing.T, h Harness, opts Options) {
 				t.Errorf("attempt %d links span %s, want attempt %d's %s", n, l.SpanContext.SpanID(), n-1, byAttempt[n-1].SpanContext().SpanID())
 			}
 		}
+	}
+	if f.adapter.Capabilities().CarriesAttemptTrace && links != 2 {
+		t.Errorf("%d links between the 3 attempts' spans, want 2: the adapter declares CarriesAttemptTrace", links)
 	}
 	want := byAttempt[3].SpanContext()
 	if recs[0].Trace != "00-"+want.TraceID().String()+"-"+want.SpanID().String()+"-01" {

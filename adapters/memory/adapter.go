@@ -77,12 +77,13 @@ func New(cfg Config) (*Adapter, error) {
 // error and the first attempt's time (the first delivery's, kept beside each retry copy).
 func (a *Adapter) Capabilities() millrace.Capabilities {
 	return millrace.Capabilities{
-		Broker:             BrokerName,
-		NativeAttemptCount: true,
-		PerMessageDelay:    true,
-		MaxDelay:           a.cfg.MaxDelay,
-		CarriesLastError:   true,
-		KnowsFirstAttempt:  true,
+		Broker:              BrokerName,
+		NativeAttemptCount:  true,
+		PerMessageDelay:     true,
+		MaxDelay:            a.cfg.MaxDelay,
+		CarriesLastError:    true,
+		KnowsFirstAttempt:   true,
+		CarriesAttemptTrace: true, // a retry is a new copy of the message as the handler saw it
 	}
 }
 
