@@ -50,7 +50,8 @@
 // A delivery makes one attempt unless the policy has immediate attempts (RetryPolicy.Immediate):
 // then each handler call gets a span of its own, "attempt <topic>", a child of the delivery's
 // span with its attempt number, outcome and reason, linked to the call before it in that
-// delivery (HandlerInfo.ImmediateAttempts).
+// delivery (HandlerInfo.ImmediateAttempts). Links between deliveries and the dead letter's
+// trace then name the delivery's span, the parent of its attempts' spans.
 // Each span writes its own context under AttemptTraceHeader, so that where a retry is a new
 // copy, the next attempt's span links to the attempt before (LinkedAttempt reads it): on the
 // memory adapter and on Kafka, whose retry copy carries it among millrace's retry headers.
