@@ -45,15 +45,17 @@ var entries = []entry{
 	},
 	{
 		// Redis Streams >= 0.5x a raw XREADGROUP COUNT 100 loop, ahead of watermill-redisstream.
+		// Sized by -redisstream.msgs, not b.N: -benchtime 1x runs it once.
 		Name: "redisstream", Pkg: "./adapters/redisstream", Bench: "^BenchmarkConsumeAnchors$", RoundsFlag: "-redisstream.rounds",
 		Full:  &mode{Benchtime: "1x", Rounds: 7, Flags: []string{"-redisstream.msgs", "20000"}, Timeout: 30 * time.Minute, Estimate: 3 * time.Minute},
 		Quick: &mode{Benchtime: "1x", Rounds: 3, Flags: []string{"-redisstream.msgs", "5000"}, Timeout: 10 * time.Minute, Estimate: 30 * time.Second},
 	},
 	{
-		// RabbitMQ >= 0.7x a raw amqp091 loop, ahead of watermill-amqp.
+		// RabbitMQ >= 0.7x a raw amqp091 loop, ahead of watermill-amqp. Sized by -amqp.msgs, not
+		// b.N: -benchtime 1x runs it once.
 		Name: "amqp", Pkg: "./adapters/amqp", Bench: "^BenchmarkConsumeAnchors$", RoundsFlag: "-amqp.rounds",
-		Full:  &mode{Benchtime: "20000x", Rounds: 7, Timeout: 30 * time.Minute, Estimate: 4 * time.Minute},
-		Quick: &mode{Benchtime: "5000x", Rounds: 3, Timeout: 10 * time.Minute, Estimate: 40 * time.Second},
+		Full:  &mode{Benchtime: "1x", Rounds: 7, Flags: []string{"-amqp.msgs", "20000"}, Timeout: 30 * time.Minute, Estimate: 4 * time.Minute},
+		Quick: &mode{Benchtime: "1x", Rounds: 3, Flags: []string{"-amqp.msgs", "5000"}, Timeout: 10 * time.Minute, Estimate: 40 * time.Second},
 	},
 	{
 		// SQS >= 0.5x a raw 8-poller SDK loop, ahead of watermill-aws.
