@@ -34,7 +34,7 @@ var entries = []entry{
 	{
 		// Happy-path middleware overhead over a bare handler: <= +275 ns, <= +2 allocations.
 		Name: "router", Pkg: "./router", Bench: "^BenchmarkHandlerChain$", RoundsFlag: "-router.rounds",
-		Full:  &mode{Benchtime: "1000000x", Rounds: 15, Timeout: 20 * time.Minute, Estimate: 2 * time.Minute},
+		Full:  &mode{Benchtime: "1000000x", Rounds: 15, Timeout: 20 * time.Minute, Estimate: 3 * time.Minute},
 		Quick: &mode{Benchtime: "200000x", Rounds: 5, Timeout: 10 * time.Minute, Estimate: 15 * time.Second},
 	},
 	{
