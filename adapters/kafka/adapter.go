@@ -50,6 +50,13 @@ type Adapter struct {
 	subs    sync.WaitGroup
 
 	sessions atomic.Int64 // group sessions started by this adapter's subscriptions
+
+	// Backlog's client and admin (connected on first use, guarded by mu), its reads in
+	// progress by topic, and the dead letters it counted per dead-letter partition.
+	blClient     sarama.Client
+	blAdmin      sarama.ClusterAdmin
+	backlogReads map[string]*backlogRead
+	dlqCounts    map[partitionKey]dlqCount
 }
 
 var _ millrace.Adapter = (*Adapter)(nil)
@@ -213,7 +220,7 @@ func (a *Adapter) Close() error {
 	}
 	a.closed = true
 	close(a.closing)
-	admin := a.admin
+	admin, blAdmin := a.admin, a.blAdmin
 	producers := make([]*producer, 0, len(a.byLimit))
 	for _, p := range a.byLimit {
 		producers = append(producers, p)
@@ -227,6 +234,9 @@ func (a *Adapter) Close() error {
 	var errs []error
 	if admin != nil {
 		errs = append(errs, admin.Close())
+	}
+	if blAdmin != nil {
+		errs = append(errs, blAdmin.Close()) // and its client
 	}
 	a.pub.close()
 	for _, p := range producers { // retries among them

@@ -24,20 +24,41 @@ func Count(client sarama.Client, topic string, p int32, from, end int64) (int, e
 	if err != nil {
 		return 0, err
 	}
-	n := 0
+	n, next, err := Scan(leader, topic, p, from, end, -1, 8<<20)
+	if err != nil {
+		return 0, err
+	}
+	if next < end {
+		// Nothing stable past next: a transaction is still open there, which is not settled
+		// either.
+		return int(n) + 1, nil
+	}
+	return int(n), nil
+}
+
+// Scan counts, like Count, the records a read_committed consumer gets in [from, next) of a
+// partition through its leader, in at most fetches fetch requests (negative: no limit) of at
+// most maxBytes each (the broker returns a first batch larger than that whole). next is end
+// when the whole range was counted; it is less when the fetches ran out, or when the rest of
+// the range is not stable yet (a transaction still open at next).
+func Scan(leader *sarama.Broker, topic string, p int32, from, end int64, fetches int, maxBytes int32) (n, next int64, err error) {
 	aborted := map[int64]bool{} // producer ids inside an aborted transaction at the current offset
-	for offset := from; offset < end; {
+	offset := from
+	for ; offset < end && fetches != 0; fetches-- {
 		// read_committed: batches up to the last stable offset, with the aborted transactions
 		// among them listed. Version 4 (Kafka 0.11, the first with transactions) is enough.
-		req := &sarama.FetchRequest{Version: 4, MaxWaitTime: 0, MinBytes: 0, MaxBytes: 8 << 20, Isolation: sarama.ReadCommitted}
-		req.AddBlock(topic, p, offset, 8<<20, -1)
+		req := &sarama.FetchRequest{Version: 4, MaxWaitTime: 0, MinBytes: 0, MaxBytes: maxBytes, Isolation: sarama.ReadCommitted}
+		req.AddBlock(topic, p, offset, maxBytes, -1)
 		resp, err := leader.Fetch(req)
 		if err != nil {
-			return 0, err
+			return 0, from, err
 		}
 		block := resp.GetBlock(topic, p)
 		if block == nil || block.Err != sarama.ErrNoError {
-			return 0, fmt.Errorf("fetch %s/%d@%d: %v", topic, p, offset, block)
+			if block != nil {
+				return 0, from, fmt.Errorf("fetch %s/%d@%d: %w", topic, p, offset, block.Err)
+			}
+			return 0, from, fmt.Errorf("fetch %s/%d@%d: no block in the response", topic, p, offset)
 		}
 		abortedAt := map[int64]int64{} // producer id -> first offset of its aborted transaction
 		for _, a := range block.AbortedTransactions {
@@ -53,6 +74,9 @@ func Count(client sarama.Client, topic string, p int32, from, end int64) (int, e
 			if last < offset {
 				continue
 			}
+			if b.PartialTrailingRecord {
+				break // cut off by maxBytes: the next fetch starts at it
+			}
 			if first, ok := abortedAt[b.ProducerID]; ok && b.IsTransactional && first <= last {
 				aborted[b.ProducerID] = true
 			}
@@ -67,13 +91,11 @@ func Count(client sarama.Client, topic string, p int32, from, end int64) (int, e
 					}
 				}
 			}
-			offset, advanced = last+1, true
+			offset, advanced = min(last+1, end), true
 		}
 		if !advanced {
-			// Nothing stable past offset: a transaction is still open there, which is not
-			// settled either.
-			return n + 1, nil
+			break
 		}
 	}
-	return n, nil
+	return n, offset, nil
 }

@@ -1,0 +1,207 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/adapters/kafka"
+)
+
+func readBacklog(t *testing.T, a *kafka.Adapter, topic string) millrace.Backlog {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := a.Backlog(ctx, topic)
+	if err != nil {
+		t.Fatalf("Backlog: %v", err)
+	}
+	return b
+}
+
+func backlogString(b millrace.Backlog) string {
+	return fmt.Sprintf("waiting=%d inflight=%d retries=%d dead=%d partitions=%v", b.Waiting, b.InFlight, b.RetriesWaiting, b.DeadLetters, b.Partitions)
+}
+
+// waitBacklog waits until topic's backlog reads want (offsets are committed in the background).
+func waitBacklog(t *testing.T, a *kafka.Adapter, topic, what string, want millrace.Backlog) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		got := readBacklog(t, a, topic)
+		if backlogString(got) == backlogString(want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: backlog %s, want %s", what, backlogString(got), backlogString(want))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func endOffsets(t *testing.T, topic string, p int32) (lo, hi int64) {
+	t.Helper()
+	c, err := sarama.NewClient(brokers(t), sarama.NewConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if lo, err = c.GetOffset(topic, p, sarama.OffsetOldest); err != nil {
+		t.Fatal(err)
+	}
+	if hi, err = c.GetOffset(topic, p, sarama.OffsetNewest); err != nil {
+		t.Fatal(err)
+	}
+	return lo, hi
+}
+
+// TestBacklogCountsAKnownWorkload: 7 records published to a provisioned topic all wait; once a
+// router handled them (3 succeed, 2 are dead-lettered, 1 waits on a 1-minute retry, the last
+// is held by its handler) the backlog reads exactly that: 1 waiting (the held record's offset
+// is not committed), 1 retry waiting, 2 dead letters; once the held one is released nothing
+// waits. The adapter writes retries and dead letters in transactions, whose markers take
+// offsets: the dead-letter topic's offsets exceed its 2 records, which the count must not
+// include (nor, on the retry topic, the marker past the consumed retry).
+func TestBacklogCountsAKnownWorkload(t *testing.T) {
+	t.Parallel()
+	a := newAdapter(t, "", nil)
+	topic := uniqueName("backlog")
+	policy := millrace.RetryPolicy{MaxAttempts: 2, Backoff: millrace.Fixed(time.Minute)}
+	if err := a.Provision(context.Background(), topic, policy); err != nil {
+		t.Fatal(err)
+	}
+	retry := kafka.RetryTopics(topic, []time.Duration{time.Minute})[0]
+	parts := func(source, retries int64) []millrace.PartitionBacklog {
+		return []millrace.PartitionBacklog{{Topic: topic, Partition: 0, Lag: source}, {Topic: retry, Partition: 0, Lag: retries}}
+	}
+	waitBacklog(t, a, topic, "provisioned", millrace.Backlog{InFlight: millrace.Unknown, Partitions: parts(0, 0)})
+
+	payloads := []string{"ok", "dead", "ok", "retry", "dead", "ok", "hold"}
+	for _, p := range payloads {
+		if err := a.Publisher().Publish(topic, newMessage(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitBacklog(t, a, topic, "published", millrace.Backlog{Waiting: 7, InFlight: millrace.Unknown, Partitions: parts(7, 0)})
+
+	held, release := make(chan struct{}), make(chan struct{})
+	rec := newRecorder()
+	startRouter(t, a, topic, policy, rec, func(_ context.Context, msg *message.Message, _ millrace.Attempt) error {
+		switch string(msg.Payload) {
+		case "dead":
+			return millrace.Malformed(errors.New("not JSON"))
+		case "retry":
+			return errors.New("dependency down")
+		case "hold":
+			close(held)
+			<-release
+		}
+		return nil
+	})
+	var releaseOnce sync.Once
+	unhold := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unhold) // before the router stops (cleanups run last first): a failed wait must not hang it
+	<-held
+	waitBacklog(t, a, topic, "handled, one held", millrace.Backlog{Waiting: 1, InFlight: millrace.Unknown, RetriesWaiting: 1, DeadLetters: 2, Partitions: parts(1, 1)})
+	unhold()
+	waitBacklog(t, a, topic, "released", millrace.Backlog{InFlight: millrace.Unknown, RetriesWaiting: 1, DeadLetters: 2, Partitions: parts(0, 1)})
+
+	lo, hi := endOffsets(t, a.DeadLetterTopic(topic), 0)
+	t.Logf("dead-letter topic: offsets [%d, %d) for 2 dead letters", lo, hi)
+	if hi-lo <= 2 {
+		t.Fatalf("dead-letter topic holds offsets [%d, %d): no transaction markers, the test proves nothing about counting records", lo, hi)
+	}
+}
+
+// TestBacklogLagPerPartition: records published to a 2-partition topic that no group read
+// all wait; after the group commits offset 2 on partition 0 only, partition 0 lags by its end
+// minus 2 and partition 1 (nothing committed) by its whole length, and Waiting is their sum.
+func TestBacklogLagPerPartition(t *testing.T) {
+	t.Parallel()
+	group := uniqueName("backlog-group")
+	a := newAdapter(t, group, func(c *kafka.Config) { c.Partitions = 2 })
+	topic := uniqueName("backlog-parts")
+	policy := millrace.RetryPolicy{MaxAttempts: 1}
+	if err := a.Provision(context.Background(), topic, policy); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if err := a.Publisher().Publish(topic, newMessage(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, end0 := endOffsets(t, topic, 0)
+	_, end1 := endOffsets(t, topic, 1)
+	if end0+end1 != 20 || end0 < 2 {
+		t.Fatalf("end offsets %d and %d: want 20 records, at least 2 on partition 0", end0, end1)
+	}
+	want := func(lag0 int64) millrace.Backlog {
+		return millrace.Backlog{Waiting: lag0 + end1, InFlight: millrace.Unknown, Partitions: []millrace.PartitionBacklog{
+			{Topic: topic, Partition: 0, Lag: lag0}, {Topic: topic, Partition: 1, Lag: end1}}}
+	}
+	waitBacklog(t, a, topic, "nothing committed", want(end0))
+
+	client, err := sarama.NewClient(brokers(t), sarama.NewConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	coord, err := client.Coordinator(group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A commit from outside any generation, as a tool resetting a group's offsets sends.
+	req := &sarama.OffsetCommitRequest{Version: 2, ConsumerGroup: group, ConsumerGroupGeneration: -1, RetentionTime: -1}
+	req.AddBlock(topic, 0, 2, 0, "")
+	resp, err := coord.CommitOffset(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kerr := resp.Errors[topic][0]; !errors.Is(kerr, sarama.ErrNoError) {
+		t.Fatalf("commit offset 2 on %s/0: %v", topic, kerr)
+	}
+	waitBacklog(t, a, topic, "offset 2 committed on partition 0", want(end0-2))
+}
+
+// TestBacklogBoundsAndErrors: a done ctx returns its error; a topic that does not exist is
+// an error; a closed adapter reports ErrClosed.
+func TestBacklogBoundsAndErrors(t *testing.T) {
+	t.Parallel()
+	a := newAdapter(t, "", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := a.Backlog(ctx, "anything"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Backlog with a canceled ctx: %v, want context.Canceled", err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := a.Backlog(ctx, uniqueName("missing")); err == nil {
+		t.Fatal("Backlog of a topic that does not exist: no error")
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Backlog(ctx, "anything"); !errors.Is(err, millrace.ErrClosed) {
+		t.Fatalf("Backlog after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestConsumerGroupNamesTheConfiguredGroup: every topic's subscriptions join
+// Config.ConsumerGroup.
+func TestConsumerGroupNamesTheConfiguredGroup(t *testing.T) {
+	t.Parallel()
+	group := uniqueName("orders-service")
+	var n millrace.ConsumerGroupNamer = newAdapter(t, group, nil)
+	for _, topic := range []string{"orders", "payments"} {
+		if got := n.ConsumerGroup(topic); got != group {
+			t.Fatalf("ConsumerGroup(%q) = %q, want %q", topic, got, group)
+		}
+	}
+}
