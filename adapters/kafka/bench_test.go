@@ -23,6 +23,7 @@ import (
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/kafka"
+	"github.com/millrace/millrace/internal/benchround"
 	"github.com/millrace/millrace/router"
 )
 
@@ -60,21 +61,25 @@ var (
 //
 // Each figure is healthy records per second, from the first handler call to the last healthy
 // record handled. A run of 3,000 records lasts only tens of milliseconds on a shared 2-core
-// machine, so the fast variants run in rounds, interleaved (the order rotates every round, so
-// none always runs first), and each metric is the median over the rounds; the log shows every
-// run and each variant's min–max. pct_of_baseline is the median over the rounds of
-// millrace_10pct_failing / millrace_all_healthy of the same round (they ran seconds apart), and
-// pct_of_watermill_baseline the same against watermill_all_healthy.
+// machine, so the fast variants run in rounds, interleaved (internal/benchround), and every
+// figure is printed as a benchround line, min / median / max over the rounds; each ratio is
+// taken round by round (runs seconds apart):
 //
-// free_failures_pct_of_baseline (millrace_10pct_free / millrace_all_healthy) is the ceiling of
-// pct_of_baseline: whatever consumes the records (CPU here, where the consumer and the broker
-// share two cores), the failing 10% take their share of it for their first attempt, so healthy
-// records reach at most about 90% of the all-healthy rate even when a failure costs nothing
-// more. pct_of_baseline below it is what retries cost: building and producing the retry record.
+//	millrace_10pct_failing/millrace_all_healthy   what retries cost the healthy records
+//	millrace_10pct_free/millrace_all_healthy      its ceiling: whatever consumes the records (CPU
+//	                here, where the consumer and the broker share two cores), the failing 10%
+//	                take their share for their first attempt, so healthy records reach at most
+//	                about 90% of the all-healthy rate even when a failure costs nothing more
+//	millrace_10pct_failing/watermill_all_healthy  against a bare watermill-kafka consumer
+//	millrace_10pct_failing_first_attempts/millrace_all_healthy  "a failing record does not hold
+//	                back its partition": all first-attempt calls per second of the failing run
+//	                (healthy and failing, up to the last first attempt) over the baseline's
 //
-// first_attempts_pct_of_baseline is what "a failing record does not hold back its partition"
-// means: all first-attempt handler calls per second of the failing run (healthy and failing,
-// up to the last first attempt) over the baseline's.
+// and, in µs/record, this process's CPU per record of each variant (cpu_<variant>) and
+// cpu_failing_record: the failing run's CPU less its healthy records' at the all-healthy
+// run's per-record CPU of the same round, over its failing records (their first attempt and
+// the production of their retry), with the issue's target cpu_failing_record /
+// cpu_millrace_all_healthy <= 2.
 //
 //	source .ci/services/kafka.sh
 //	go test ./adapters/kafka/ -run '^$' -bench BenchmarkRetryIsolation -benchtime 1x
@@ -91,57 +96,52 @@ func BenchmarkRetryIsolation(b *testing.B) {
 var benchRoundsTxn = flag.Int("kafka.roundsTxn", 9, "BenchmarkTransactionCost: rounds")
 
 // BenchmarkTransactionCost measures what the default transactional mode costs against
-// Config.AtLeastOnce, in one run, rounds interleaved (the order rotates every round): the
-// workload of BenchmarkRetryIsolation (3,000 records on 3 partitions), all healthy and with
-// 10 % failing once. It reports each variant's healthy records per second and this process's
-// CPU per record (median, min, max over the rounds), and the per-round ratios transactional /
-// at-least-once (median).
+// Config.AtLeastOnce, in one run, rounds interleaved (internal/benchround): the workload of
+// BenchmarkRetryIsolation (3,000 records on 3 partitions), all healthy and with 10 % failing
+// once. It prints benchround lines (min / median / max over the rounds): each variant's
+// healthy records per second and this process's CPU per record (cpu_<variant>, µs), and the
+// per-round ratios transactional / at-least-once of both.
 //
 //	source .ci/services/kafka.sh
 //	go test ./adapters/kafka/ -run '^$' -bench BenchmarkTransactionCost -benchtime 1x
 func BenchmarkTransactionCost(b *testing.B) {
-	type variant struct {
-		name        string
-		mode        benchMode
-		atLeastOnce bool
-		runs        []benchRun
-	}
 	for range b.N {
-		vs := []*variant{
-			{name: "txn_all_healthy", mode: allHealthy},
-			{name: "alo_all_healthy", mode: allHealthy, atLeastOnce: true},
-			{name: "txn_10pct_failing", mode: failOnce},
-			{name: "alo_10pct_failing", mode: failOnce, atLeastOnce: true},
+		runs := map[string][]benchRun{}
+		v := func(name string, mode benchMode, atLeastOnce bool) benchround.Variant {
+			return benchround.Variant{Name: name, Run: func(b *testing.B) float64 {
+				r := benchMillraceIn(b, benchRecords, mode, atLeastOnce)
+				runs[name] = append(runs[name], r)
+				return r.healthyPerSec
+			}}
 		}
-		rounds := *benchRoundsTxn
-		for r := range rounds {
-			for i := range vs {
-				v := vs[(i+r)%len(vs)]
-				v.runs = append(v.runs, benchMillraceIn(b, benchRecords, v.mode, v.atLeastOnce))
-			}
-		}
-		for _, v := range vs {
-			hs := healthyRates(v.runs)
-			cpu := make([]float64, len(v.runs))
-			for i, r := range v.runs {
-				cpu[i] = float64(r.cpuPerRecord.Nanoseconds()) / 1000
-			}
-			b.Logf("%-18s healthy/s median %6.0f min %6.0f max %6.0f; CPU µs/record median %5.1f min %5.1f max %5.1f",
-				v.name, median(hs), slices.Min(hs), slices.Max(hs), median(cpu), slices.Min(cpu), slices.Max(cpu))
-			b.ReportMetric(median(hs), v.name+"/s")
-		}
-		for _, pair := range [][2]*variant{{vs[0], vs[1]}, {vs[2], vs[3]}} {
-			var rate, cpu []float64
-			for r := range rounds {
-				rate = append(rate, pair[0].runs[r].healthyPerSec/pair[1].runs[r].healthyPerSec)
-				cpu = append(cpu, float64(pair[0].runs[r].cpuPerRecord)/float64(pair[1].runs[r].cpuPerRecord))
-			}
-			b.Logf("%s / %s: throughput ratio median %.2f min %.2f max %.2f; CPU ratio median %.2f min %.2f max %.2f",
-				pair[0].name, pair[1].name, median(rate), slices.Min(rate), slices.Max(rate), median(cpu), slices.Min(cpu), slices.Max(cpu))
-			b.ReportMetric(median(rate), pair[0].name+"_throughput_ratio")
-			b.ReportMetric(median(cpu), pair[0].name+"_cpu_ratio")
-		}
+		res := benchround.Interleave(b, *benchRoundsTxn,
+			v("txn_all_healthy", allHealthy, false),
+			v("alo_all_healthy", allHealthy, true),
+			v("txn_10pct_failing", failOnce, false),
+			v("alo_10pct_failing", failOnce, true))
+		benchround.Report(b, res, "healthy/s",
+			benchround.Pair{A: "txn_all_healthy", B: "alo_all_healthy"},
+			benchround.Pair{A: "txn_10pct_failing", B: "alo_10pct_failing"})
+		cpu := cpuResult(res.Names, runs)
+		benchround.Report(b, cpu, "µs/record",
+			benchround.Pair{A: "cpu_txn_all_healthy", B: "cpu_alo_all_healthy"},
+			benchround.Pair{A: "cpu_txn_10pct_failing", B: "cpu_alo_10pct_failing"})
 	}
+}
+
+// cpuResult returns each variant's CPU per record (µs), round by round, as variants named
+// cpu_<name>.
+func cpuResult(names []string, runs map[string][]benchRun) benchround.Result {
+	var r benchround.Result
+	for _, name := range names {
+		xs := make([]float64, len(runs[name]))
+		for i, run := range runs[name] {
+			xs[i] = float64(run.cpuPerRecord.Nanoseconds()) / 1000
+		}
+		r.Names = append(r.Names, "cpu_"+name)
+		r.Values = append(r.Values, xs)
+	}
+	return r
 }
 
 // benchRun is the outcome of one variant's run.
@@ -172,56 +172,49 @@ const (
 	failForFree                  // every 10th record is counted as failing but succeeds: a failure that costs nothing
 )
 
-// benchRounds runs the fast variants rounds times, interleaved, and reports medians.
+// benchRounds runs the fast variants rounds times, interleaved, and reports each figure as
+// min / median / max over the rounds (benchround lines).
 func benchRounds(b *testing.B, records, rounds int) {
-	type variant struct {
-		name string
-		run  func() benchRun
-		runs []benchRun
-	}
 	for range b.N {
-		vs := []*variant{
-			{name: "millrace_all_healthy", run: func() benchRun { return benchMillrace(b, records, allHealthy) }},
-			{name: "millrace_10pct_failing", run: func() benchRun { return benchMillrace(b, records, failOnce) }},
-			{name: "watermill_all_healthy", run: func() benchRun { return benchWatermill(b, records, false) }},
-			{name: "millrace_10pct_free", run: func() benchRun { return benchMillrace(b, records, failForFree) }},
+		runs := map[string][]benchRun{}
+		v := func(name string, run func() benchRun) benchround.Variant {
+			return benchround.Variant{Name: name, Run: func(*testing.B) float64 {
+				r := run()
+				runs[name] = append(runs[name], r)
+				return r.healthyPerSec
+			}}
 		}
-		for r := range rounds {
-			for i := range vs {
-				v := vs[(i+r)%len(vs)]
-				v.runs = append(v.runs, v.run())
-			}
+		res := benchround.Interleave(b, rounds,
+			v("millrace_all_healthy", func() benchRun { return benchMillrace(b, records, allHealthy) }),
+			v("millrace_10pct_failing", func() benchRun { return benchMillrace(b, records, failOnce) }),
+			v("watermill_all_healthy", func() benchRun { return benchWatermill(b, records, false) }),
+			v("millrace_10pct_free", func() benchRun { return benchMillrace(b, records, failForFree) }))
+		benchround.Report(b, res, "healthy/s",
+			benchround.Pair{A: "millrace_10pct_failing", B: "millrace_all_healthy"},
+			benchround.Pair{A: "millrace_10pct_free", B: "millrace_all_healthy"},
+			benchround.Pair{A: "millrace_10pct_failing", B: "watermill_all_healthy"})
+		// "A failing record does not hold back its partition": all first attempts per second of
+		// the failing run (healthy and failing, up to the last first attempt) over the baseline.
+		var firsts []float64
+		for r, run := range runs["millrace_10pct_failing"] {
+			firsts = append(firsts, run.firstPerSec/runs["millrace_all_healthy"][r].healthyPerSec)
 		}
-		base, failing, wm, free := vs[0].runs, vs[1].runs, vs[2].runs, vs[3].runs
-		var pct, pctWM, firstPct, freePct []float64
-		for r := range rounds {
-			pct = append(pct, 100*failing[r].healthyPerSec/base[r].healthyPerSec)
-			pctWM = append(pctWM, 100*failing[r].healthyPerSec/wm[r].healthyPerSec)
-			firstPct = append(firstPct, 100*failing[r].firstPerSec/base[r].healthyPerSec)
-			freePct = append(freePct, 100*free[r].healthyPerSec/base[r].healthyPerSec)
+		lo, med, hi := benchround.Stats(firsts)
+		fmt.Println(benchround.Line(b.Name(), "millrace_10pct_failing_first_attempts/millrace_all_healthy", "ratio", lo, med, hi, len(firsts), ""))
+		cpu := cpuResult(res.Names, runs)
+		// A failing record's CPU: the failing run's CPU, less its healthy records' at the
+		// all-healthy run's rate of the same round, over its failing records (their first
+		// attempt and their retry's production; the second attempt, a healthy call, comes
+		// after the measured span).
+		failN := float64(records / benchFailEvery)
+		healthyN := float64(records) - failN
+		var per []float64
+		for r, f := range cpu.Of("cpu_millrace_10pct_failing") {
+			h := cpu.Of("cpu_millrace_all_healthy")[r]
+			per = append(per, (f*float64(records)-h*healthyN)/failN)
 		}
-		for _, v := range vs {
-			hs := healthyRates(v.runs)
-			b.Logf("%-24s healthy/s median %6.0f  min %6.0f  max %6.0f  runs %.0f", v.name, median(hs), slices.Min(hs), slices.Max(hs), hs)
-			b.ReportMetric(median(hs), v.name+"/s")
-			cpu := make([]float64, len(v.runs))
-			for i, r := range v.runs {
-				cpu[i] = float64(r.cpuPerRecord.Nanoseconds()) / 1000
-			}
-			b.Logf("%-24s CPU µs/record median %5.1f  min %5.1f  max %5.1f", v.name, median(cpu), slices.Min(cpu), slices.Max(cpu))
-			b.ReportMetric(median(cpu), v.name+"_cpu_µs/record")
-		}
-		firsts := make([]float64, rounds)
-		for r := range failing {
-			firsts[r] = failing[r].firstPerSec
-		}
-		b.Logf("%-24s first attempts/s median %6.0f  min %6.0f  max %6.0f", "millrace_10pct_failing", median(firsts), slices.Min(firsts), slices.Max(firsts))
-		b.Logf("pct_of_baseline per round %.1f (median %.1f); first_attempts_pct_of_baseline per round %.1f (median %.1f); pct_of_watermill_baseline per round %.1f (median %.1f); free_failures_pct_of_baseline per round %.1f (median %.1f)",
-			pct, median(pct), firstPct, median(firstPct), pctWM, median(pctWM), freePct, median(freePct))
-		b.ReportMetric(median(pct), "pct_of_baseline")
-		b.ReportMetric(median(freePct), "free_failures_pct_of_baseline")
-		b.ReportMetric(median(firstPct), "first_attempts_pct_of_baseline")
-		b.ReportMetric(median(pctWM), "pct_of_watermill_baseline")
+		cpu.Names, cpu.Values = append(cpu.Names, "cpu_failing_record"), append(cpu.Values, per)
+		benchround.Report(b, cpu, "µs/record", benchround.Pair{A: "cpu_failing_record", B: "cpu_millrace_all_healthy", Target: "<= 2"})
 	}
 }
 

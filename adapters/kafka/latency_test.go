@@ -21,6 +21,7 @@ import (
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/kafka"
+	"github.com/millrace/millrace/internal/benchround"
 	"github.com/millrace/millrace/router"
 )
 
@@ -42,17 +43,21 @@ var (
 // (A) and with the failures (B), A then B, each on a fresh topic and group; every run starts
 // its consumer before offering load.
 //
-// It reports, per rate and delay, over the rounds (min / median / max):
+// It prints, per rate and delay, benchround lines (internal/benchround: min / median / max
+// over the rounds), each figure named <figure>@<rate>/s,<delay>, e.g. p99_ratio@5000/s,1s:
 //
-//	p99_ratio            healthy-record p99 end-to-end latency (producer send to handler
-//	                     call) of B over A's in the same round, over the whole run
-//	p99_due_ratio        the same for records sent once retries were coming due (after the
-//	                     first delay of the run), the window where a waiting retry can stall
-//	                     healthy partitions
-//	retry_late_p99/max   how long after its not-before time a retry reached its handler
-//	consumed/offered     healthy records handled per second over the rate offered (B)
-//	heap_peak            the largest live heap (after a GC) sampled during B
+//	p99_ratio             healthy-record p99 end-to-end latency (producer send to handler
+//	                      call) of B over A's in the same round, over the whole run (<= 1.5)
+//	p99_due_ratio         the same for records sent once retries were coming due (after the
+//	                      first delay of the run), the window where a waiting retry can stall
+//	                      healthy partitions
+//	retry_late_p99_ratio  a retry's wait, its delay plus how long after its not-before time it
+//	                      reached its handler (p99), over the delay (<= 1.1); _max_ the same
+//	                      for the latest retry
+//	consumed/offered      healthy records handled per second over the rate offered (B) (>= 1)
+//	heap_peak             the largest live heap (after a GC) sampled during B, MiB
 //
+// and the runs' healthy p99 in ms (all_healthy, 10pct_failing).
 // The machine's noise moves the absolute figures; the ratios compare runs seconds apart.
 //
 //	source .ci/services/kafka.sh
@@ -102,31 +107,45 @@ func latencyRounds(b *testing.B, rate int, delay time.Duration) {
 	if run <= 0 {
 		run = delay + 30*time.Second
 	}
-	var healthy, failing []latencyRun
-	for r := range *latRounds {
-		h := latencyOnce(b, rate, delay, run, false)
-		b.Logf("round %d all healthy: %s", r, h)
-		f := latencyOnce(b, rate, delay, run, true)
-		b.Logf("round %d %d%% failing: %s", r, *latFailPct, f)
-		healthy, failing = append(healthy, h), append(failing, f)
+	runs := map[string][]latencyRun{}
+	v := func(name string, failing bool) benchround.Variant {
+		return benchround.Variant{Name: name, Run: func(b *testing.B) float64 {
+			r := latencyOnce(b, rate, delay, run, failing)
+			b.Logf("round %d %s: %s", len(runs[name]), name, r)
+			runs[name] = append(runs[name], r)
+			return r.p99.Seconds() * 1000
+		}}
 	}
+	res := benchround.Interleave(b, *latRounds, v("all_healthy", false), v(fmt.Sprintf("%dpct_failing", *latFailPct), true))
+	benchround.Report(b, res, "p99_ms")
+	healthy, failing := runs["all_healthy"], runs[res.Names[1]]
 	var ratio, ratioDue, late, lateMax, keep, heap []float64
 	for i := range healthy {
 		ratio = append(ratio, float64(failing[i].p99)/float64(healthy[i].p99))
 		ratioDue = append(ratioDue, float64(failing[i].p99Due)/float64(healthy[i].p99Due))
-		late = append(late, failing[i].lateP99.Seconds()*1000)
-		lateMax = append(lateMax, failing[i].lateMx.Seconds()*1000)
+		late = append(late, float64(delay+failing[i].lateP99)/float64(delay))
+		lateMax = append(lateMax, float64(delay+failing[i].lateMx)/float64(delay))
 		keep = append(keep, failing[i].consumedPerSec/failing[i].offeredPerSec)
 		heap = append(heap, float64(failing[i].heapPeak)/(1<<20))
 	}
-	mmm := func(xs []float64) string {
-		return fmt.Sprintf("min %.2f median %.2f max %.2f", slices.Min(xs), median(xs), slices.Max(xs))
+	at := fmt.Sprintf("@%d/s,%s", rate, delay)
+	for _, f := range []struct {
+		name, unit, target string
+		xs                 []float64
+	}{
+		{"p99_ratio", "ratio", "<= 1.5", ratio},
+		{"p99_due_ratio", "ratio", "", ratioDue},
+		{"retry_late_p99_ratio", "ratio", "<= 1.1", late},
+		{"retry_late_max_ratio", "ratio", "", lateMax},
+		{"consumed/offered", "ratio", ">= 1", keep},
+		{"heap_peak", "MiB", "", heap},
+	} {
+		lo, med, hi := benchround.Stats(f.xs)
+		fmt.Println(benchround.Line(b.Name(), f.name+at, f.unit, lo, med, hi, len(f.xs), f.target))
 	}
-	b.Logf("rate %d/s delay %s run %s, %d rounds: p99_ratio %s; p99_due_ratio %s; retry_late_p99_ms %s; retry_late_max_ms %s; consumed/offered %s; heap_peak_MiB %s",
-		rate, delay, run, len(healthy), mmm(ratio), mmm(ratioDue), mmm(late), mmm(lateMax), mmm(keep), mmm(heap))
 	b.ReportMetric(median(ratio), "p99_ratio")
 	b.ReportMetric(median(ratioDue), "p99_due_ratio")
-	b.ReportMetric(median(late), "retry_late_p99_ms")
+	b.ReportMetric(median(late), "retry_late_p99_ratio")
 	b.ReportMetric(median(keep), "consumed/offered")
 }
 
@@ -389,9 +408,9 @@ var backlogRecords = flag.Int("kafka.backlog.records", 1_000_000, "BenchmarkRetr
 // -kafka.backlog.records (default 1,000,000) retry records, due in 9 minutes, are written to
 // the retry topic of a 3-partition topic before its consumer starts; then healthy records are
 // offered at the first of -kafka.latency.rates for -kafka.latency.run (default 20 s). Each round
-// runs the same load without the backlog (A) and with it (B). It reports the live heap's peak
-// (after a GC) of each, and the healthy-record p99 ratio B/A, min / median / max over
-// -kafka.latency.rounds. No retry may reach the handler (they are not due).
+// runs the same load without the backlog (A) and with it (B). It prints benchround lines, min /
+// median / max over -kafka.latency.rounds: each one's healthy-record p99 (ms) and live heap's
+// peak (after a GC), and the p99 ratio B/A. No retry may reach the handler (they are not due).
 //
 // The brokers hold the backlog in memory (kfake): run it against a cluster of its own, e.g.
 //
@@ -408,24 +427,24 @@ func BenchmarkRetryBacklog(b *testing.B) {
 		run = 20 * time.Second
 	}
 	for range b.N {
-		var ratio, heapA, heapB []float64
-		for r := range *latRounds {
-			a := backlogOnce(b, rate, run, 0)
-			b.Logf("round %d no backlog: %s", r, a)
-			w := backlogOnce(b, rate, run, *backlogRecords)
-			b.Logf("round %d %d retries waiting: %s", r, *backlogRecords, w)
-			ratio = append(ratio, float64(w.p99)/float64(a.p99))
-			heapA = append(heapA, float64(a.heapPeak)/(1<<20))
-			heapB = append(heapB, float64(w.heapPeak)/(1<<20))
+		runs := map[string][]latencyRun{}
+		v := func(name string, waiting int) benchround.Variant {
+			return benchround.Variant{Name: name, Run: func(b *testing.B) float64 {
+				r := backlogOnce(b, rate, run, waiting)
+				b.Logf("round %d %s: %s", len(runs[name]), name, r)
+				runs[name] = append(runs[name], r)
+				return r.p99.Seconds() * 1000
+			}}
 		}
-		mmm := func(xs []float64) string {
-			return fmt.Sprintf("min %.2f median %.2f max %.2f", slices.Min(xs), median(xs), slices.Max(xs))
+		res := benchround.Interleave(b, *latRounds, v("no_backlog", 0), v("backlog", *backlogRecords))
+		benchround.Report(b, res, "p99_ms", benchround.Pair{A: "backlog", B: "no_backlog"})
+		heap := benchround.Result{Names: res.Names, Values: make([][]float64, len(res.Names))}
+		for i, name := range res.Names {
+			for _, r := range runs[name] {
+				heap.Values[i] = append(heap.Values[i], float64(r.heapPeak)/(1<<20))
+			}
 		}
-		b.Logf("rate %d/s run %s, %d retries waiting, %d rounds: p99_ratio %s; heap_peak_MiB without %s; with %s",
-			rate, run, *backlogRecords, len(ratio), mmm(ratio), mmm(heapA), mmm(heapB))
-		b.ReportMetric(median(ratio), "p99_ratio")
-		b.ReportMetric(median(heapB), "heap_MiB_backlog")
-		b.ReportMetric(median(heapA), "heap_MiB_none")
+		benchround.Report(b, heap, "heap_peak_MiB")
 	}
 }
 
