@@ -10,20 +10,22 @@ const Unknown int64 = -1
 // cannot give is Unknown.
 type Backlog struct {
 	// Waiting is what no consumer has been given yet: Redis Streams group lag, RabbitMQ ready
-	// messages, NATS pending (the Kafka and SQS adapters report no Backlog yet: Kafka's would
-	// be its lag summed over partitions, SQS's its visible messages).
+	// messages, NATS pending, SQS visible messages; Kafka's lag summed over the source topic's
+	// partitions (which includes what members fetched and hold unsettled).
 	Waiting int64
 	// InFlight is what consumers hold unsettled: Redis pending entries less the scheduled
-	// retries (which stay pending), NATS ack pending (its NakWithDelay retries included);
-	// Unknown on RabbitMQ (unacked needs the management API, which the adapter does not use).
+	// retries (which stay pending), NATS ack pending (its NakWithDelay retries included), SQS
+	// not-visible messages (its scheduled retries included); Unknown on RabbitMQ (unacked needs
+	// the management API, which the adapter does not use) and on Kafka (part of Waiting).
 	InFlight int64
 	// RetriesWaiting is retries scheduled and not yet due or delivered: Redis scheduled
-	// retries, RabbitMQ delay-tier queues; Unknown where they are part of InFlight (NATS).
-	// Each adapter's Backlog documents its own fields.
+	// retries, RabbitMQ delay-tier queues, Kafka retry topics' lag; Unknown where they are
+	// part of InFlight (NATS, SQS). Each adapter's Backlog documents its own fields.
 	RetriesWaiting int64
 	// DeadLetters is the depth of the topic's dead-letter destination.
 	DeadLetters int64
-	// Partitions is the lag per partition where the broker has partitions (Kafka), else nil.
+	// Partitions is the lag per partition where the broker has partitions (Kafka: the source
+	// topic's and its retry topics'), else nil.
 	Partitions []PartitionBacklog
 }
 
