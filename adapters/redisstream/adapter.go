@@ -100,14 +100,17 @@ func New(cfg Config) (*Adapter, error) {
 func (a *Adapter) Client() redis.UniversalClient { return a.client }
 
 // Capabilities declares the PEL delivery count as native attempt counter and any per-entry
-// delay (a delay's resolution is Config.ReclaimInterval), and the first attempt's time: the
-// entry ID's (when it was appended, on the server's clock).
+// delay (a delay's resolution is Config.ReclaimInterval), the first attempt's time: the
+// entry ID's (when it was appended, on the server's clock), and the failed attempt's span
+// context carried to the retry in the adapter's retry state (see ScheduleRetry).
 func (a *Adapter) Capabilities() millrace.Capabilities {
 	return millrace.Capabilities{
 		Broker:             BrokerName,
 		NativeAttemptCount: true,
 		PerMessageDelay:    true,
 		KnowsFirstAttempt:  true,
+		// The failed attempt's span context is kept with the retry schedule (see trace.go).
+		CarriesAttemptTrace: true,
 	}
 }
 
@@ -211,7 +214,7 @@ func (a *Adapter) DecodeAttempt(msg *message.Message) millrace.Attempt {
 	at.NativeCount = int(d.count)
 	at.NativeID = d.id
 	at.OriginalTopic = d.stream
-	at.FirstAttemptAt = addedAt(d.id)
+	at.FirstAttemptAt = d.added
 	at.Source = millrace.SourceNative
 	return at
 }

@@ -36,8 +36,9 @@ type delivery struct {
 	group    string
 	consumer string
 	id       string
-	count    int64    // PEL delivery count, this delivery included
-	fields   []string // the entry's fields exactly as stored: names and values, in order
+	count    int64     // PEL delivery count, this delivery included
+	fields   []string  // the entry's fields exactly as stored: names and values, in order
+	added    time.Time // addedAt(id), read once when the entry is delivered
 }
 
 type deliveryKey struct{}
@@ -46,6 +47,52 @@ func deliveryFrom(msg *message.Message) (*delivery, bool) {
 	d, ok := msg.Context().Value(deliveryKey{}).(*delivery)
 	return d, ok && d != nil
 }
+
+// deliveryCtx is a message's context: the subscription's context without its cancellation
+// (as context.WithoutCancel: no deadline, no Done channel, never an error), with the delivery
+// as the value of deliveryKey. One allocation holds both (context.WithoutCancel and
+// context.WithValue take one each per message, and a value lookup through a WithoutCancel
+// context allocates), and the delivery's lookup does not walk the parent chain.
+type deliveryCtx struct {
+	parent context.Context
+	d      delivery
+}
+
+func (*deliveryCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (*deliveryCtx) Done() <-chan struct{}       { return nil }
+func (*deliveryCtx) Err() error                  { return nil }
+
+// Value returns the delivery for deliveryKey, nothing for the key by which package context
+// finds a context's cancellation (so that context.Cause sees no cause, as for
+// context.WithoutCancel), and the parent's value for any other key.
+func (c *deliveryCtx) Value(key any) any {
+	switch key {
+	case deliveryKey{}:
+		return &c.d
+	case cancelCtxKey:
+		return nil
+	}
+	return c.parent.Value(key)
+}
+
+// cancelCtxKey is the key package context looks up to find a context's cancellation
+// (context.Cause asks a cancelled context's Value for it; context.WithoutCancel answers nil).
+// It is unexported, so it is caught once from the one lookup context.Cause makes on a
+// cancelled context that has no cancellation of package context's own.
+var cancelCtxKey = func() any {
+	p := &keyProbe{Context: context.Background()}
+	_ = context.Cause(p)
+	return p.key
+}()
+
+// keyProbe records the key of the last Value lookup made on it.
+type keyProbe struct {
+	context.Context
+	key any
+}
+
+func (p *keyProbe) Value(key any) any { p.key = key; return nil }
+func (*keyProbe) Err() error          { return context.Canceled }
 
 // addedAt is the time in the entry ID: when the entry was appended. Redis keeps no time of the
 // first delivery, so this stands for it; an explicit ID that is not a plausible time gives zero.
@@ -70,8 +117,11 @@ func addedAt(id string) time.Time {
 // any), the UUID field or else the entry ID as UUID, and an error wrapping ErrMalformedEntry, so
 // the stack dead-letters it intact. No field of the entry becomes anything but message content:
 // a top-level millrace-dlq-* field makes the entry malformed like any other foreign field.
+//
+// The payload is a copy of the entry's bytes, the handler's own; the metadata is read into the
+// message's own Metadata map (wire.DecodeMetadataInto), its strings sharing the reply's memory.
 func decode(id string, fields []string) (*message.Message, error) {
-	uuid, payload, md, err := wire.Decode(fields)
+	uuid, payload, rawMD, err := wire.Layout(fields)
 	if err != nil {
 		if uuid == "" {
 			uuid = id
@@ -79,8 +129,8 @@ func decode(id string, fields []string) (*message.Message, error) {
 		return message.NewMessage(uuid, []byte(payload)), fmt.Errorf("%w %s: %w", ErrMalformedEntry, id, err)
 	}
 	msg := message.NewMessage(uuid, []byte(payload))
-	if md != nil {
-		msg.Metadata = md
+	if err := wire.DecodeMetadataInto(msg.Metadata, rawMD); err != nil {
+		return msg, fmt.Errorf("%w %s: %w", ErrMalformedEntry, id, err)
 	}
 	return msg, nil
 }
@@ -107,7 +157,8 @@ func decodeDeadLetter(id string, fields []string) (*message.Message, error) {
 	return msg, err
 }
 
-// withDelivery returns ctx carrying d.
-func withDelivery(ctx context.Context, d *delivery) context.Context {
-	return context.WithValue(ctx, deliveryKey{}, d)
+// withDelivery returns a context that carries a copy of d and parent's values, without parent's
+// cancellation (see deliveryCtx).
+func withDelivery(parent context.Context, d delivery) context.Context {
+	return &deliveryCtx{parent: parent, d: d}
 }

@@ -82,7 +82,7 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 func (a *Adapter) deadLetterOwned(ctx context.Context, d *delivery, dlq string, fields []string) error {
 	owner := []any{d.group, d.id, d.consumer, d.count}
 	if len(fields) <= maxScriptValues {
-		keys, args := []string{d.stream, dlq, a.retryKey(d.stream)}, append(owner, wire.Args(fields)...)
+		keys, args := []string{d.stream, dlq, a.retryKey(d.stream), a.traceKey(d.stream)}, append(owner, wire.Args(fields)...)
 		var res any
 		err := a.retryTransient(ctx, "dead-letter script", a.cfg.ProcessingBudget, a.notRun, func() (err error) {
 			res, err = a.scripts.deadLetter.Run(ctx, a.client, keys, args...).Result()
@@ -105,7 +105,7 @@ func (a *Adapter) deadLetterOwned(ctx context.Context, d *delivery, dlq string, 
 	if err := a.xadd(ctx, "dead-letter XADD", dlq, 0, fields); err != nil {
 		return err
 	}
-	if n, err := a.runOwned(ctx, a.scripts.ackOwned, []string{d.stream, a.retryKey(d.stream)}, owner); err != nil {
+	if n, err := a.runOwned(ctx, a.scripts.ackOwned, []string{d.stream, a.retryKey(d.stream), a.traceKey(d.stream)}, owner); err != nil {
 		return err
 	} else if n == 0 {
 		return ErrNotOwner

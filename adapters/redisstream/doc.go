@@ -65,6 +65,19 @@
 // millrace.RetryAfter longer than the policy's included. Delays have the resolution of
 // ReclaimInterval.
 //
+// The failed attempt's span context travels with the retry (Capabilities.CarriesAttemptTrace):
+// the entry cannot change, so ScheduleRetry stores the message's metadata values under
+// millrace.HeaderAttemptTracePrefix, which telemetry writes on each delivery, in a hash next
+// to the schedule ("millrace:retrytrace:" and the rest of the schedule's name, so it shares the
+// schedule's hash tag and slot), written by the retry script with the due time. The script that
+// takes due entries off the schedule takes their values too, and the redelivered message
+// carries them in its metadata, so the next attempt's span links to the failed one's. Only
+// bounded, well-formed values are stored (at most 4 keys of the prefix and letters, digits, '-'
+// or '_', up to 64 bytes each; values of printable ASCII up to 512 bytes); a stored value of
+// any other shape is dropped whole and never reaches a message. The dead-letter scripts remove
+// an entry's value with its schedule entry. An entry recovered after its threshold (its
+// consumer died) was not scheduled: its attempt has no link.
+//
 // Entries nobody gave back (a consumer died holding them, overran its budget, or its retry or
 // dead-letter write failed) are recovered by a pass over the PEL every Config.RecoverInterval:
 // an entry is claimed once it has been idle (since its last delivery) for the threshold of its

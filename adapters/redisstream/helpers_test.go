@@ -65,7 +65,7 @@ func newTestAdapter(tb testing.TB, cfg Config) *Adapter {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		for _, s := range a.Streams() {
-			c.Del(ctx, s, a.DeadLetterTopic(s), a.retryKey(s))
+			c.Del(ctx, s, a.DeadLetterTopic(s), a.retryKey(s), a.traceKey(s))
 		}
 	})
 	return a

@@ -1,6 +1,7 @@
 package redisstream
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/millrace/millrace/internal/redisslot"
@@ -39,6 +40,12 @@ func TestKeysShareTheStreamSlot(t *testing.T) {
 		}
 		if s, r := keySlot(tc.stream), keySlot(a.retryKey(tc.stream)); s != r {
 			t.Errorf("stream %q in slot %d, its retry schedule %q in slot %d", tc.stream, s, a.retryKey(tc.stream), r)
+		}
+		if want := "millrace:retrytrace:" + strings.TrimPrefix(tc.retryKey, "millrace:retry:"); a.traceKey(tc.stream) != want {
+			t.Errorf("traceKey(%q) = %q, want %q", tc.stream, a.traceKey(tc.stream), want)
+		}
+		if s, r := keySlot(tc.stream), keySlot(a.traceKey(tc.stream)); s != r {
+			t.Errorf("stream %q in slot %d, its trace hash %q in slot %d", tc.stream, s, a.traceKey(tc.stream), r)
 		}
 		dlq := a.DeadLetterTopic(tc.stream)
 		if shares := keySlot(dlq) == keySlot(tc.stream); shares != tc.dlqShares {

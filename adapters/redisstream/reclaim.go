@@ -43,12 +43,23 @@ import (
 func (s *subscription) claimDue(free int) int {
 	cfg := &s.a.cfg
 	limit := min(free, cfg.ReclaimBatch)
-	ids, err := s.a.scripts.takeDue.Run(s.ctx, s.a.client, []string{s.a.retryKey(s.stream), s.stream},
+	pairs, err := s.a.scripts.takeDue.Run(s.ctx, s.a.client, []string{s.a.retryKey(s.stream), s.stream, s.a.traceKey(s.stream)},
 		cfg.Group, s.consumer, limit).StringSlice()
 	if err != nil {
 		s.moreDue = false
 		s.failed("take due retries", err)
 		return 0
+	}
+	ids := make([]string, 0, len(pairs)/2)
+	var traces map[string]string // the failed attempts' span contexts, by entry ID
+	for i := 0; i+1 < len(pairs); i += 2 {
+		ids = append(ids, pairs[i])
+		if pairs[i+1] != "" {
+			if traces == nil {
+				traces = map[string]string{}
+			}
+			traces[pairs[i]] = pairs[i+1]
+		}
 	}
 	s.moreDue = len(ids) >= limit
 	if len(ids) == 0 {
@@ -66,12 +77,12 @@ func (s *subscription) claimDue(free int) int {
 		Start: lo, End: hi, Count: int64(len(ids) + cfg.Window), Consumer: s.consumer})
 	_, _ = pipe.Exec(s.ctx)
 	entries, err := claimed(claim)
-	if err != nil { // the entries stay pending: the recovery pass finds them
+	if err != nil { // the entries stay pending: the recovery pass finds them (without their traces)
 		s.failed("XCLAIM", err)
 		return 0
 	}
-	kept, cs := s.withCounts(ids, entries, pend)
-	return s.handOut(kept, cs)
+	kept, cs := s.withCounts(ids, entries, pend, traces)
+	return s.handOut(kept, cs, traces)
 }
 
 // xclaim queues on pipe an XCLAIM of ids for this consumer with minIdle as MIN-IDLE (which
@@ -107,14 +118,24 @@ func (s *subscription) countOf(id string) (count int64, ok bool) {
 
 // putBack makes claimed entries whose delivery count could not be read due at once on the
 // retry schedule, so the next reclaim tick claims them again (counting one more delivery, so
-// the interruption can cost an attempt but never grant an extra one). If that write fails too,
-// they stay pending and the recovery pass finds them after their threshold.
-func (s *subscription) putBack(ids []string) {
+// the interruption can cost an attempt but never grant an extra one), with the span contexts
+// they came with (traces, by ID). If that write fails too, they stay pending and the recovery
+// pass finds them after their threshold.
+func (s *subscription) putBack(ids []string, traces map[string]string) {
 	due := make([]redis.Z, len(ids))
+	var kept []any
 	for i, id := range ids {
 		due[i] = redis.Z{Score: 1, Member: id} // due at once; never 0 (read as "not scheduled")
+		if t := traces[id]; t != "" {
+			kept = append(kept, id, t)
+		}
 	}
-	if err := s.a.client.ZAdd(s.ctx, s.a.retryKey(s.stream), due...).Err(); err != nil {
+	pipe := s.a.client.TxPipeline()
+	if len(kept) > 0 {
+		pipe.HSet(s.ctx, s.a.traceKey(s.stream), kept...)
+	}
+	pipe.ZAdd(s.ctx, s.a.retryKey(s.stream), due...)
+	if _, err := pipe.Exec(s.ctx); err != nil {
 		s.failed("ZADD", err)
 	}
 	s.moreDue = true
@@ -239,15 +260,15 @@ func (s *subscription) recoverStale(free int) int {
 		}
 		entries = append(entries, msgs...)
 	}
-	kept, cs := s.withCounts(all, entries, counts)
+	kept, cs := s.withCounts(all, entries, counts, nil)
 	s.a.stats.recovered.Add(uint64(len(kept)))
-	return s.handOut(kept, cs)
+	return s.handOut(kept, cs, nil)
 }
 
 // withCounts pairs the claimed entries with their delivery counts (read in the claim's round
-// trip, or one by one if missing), puts back the entries whose count cannot be read (putBack)
-// and acknowledges the asked IDs that turned out deleted.
-func (s *subscription) withCounts(asked []string, entries []wire.Entry, pend *redis.XPendingExtCmd) ([]wire.Entry, []int64) {
+// trip, or one by one if missing), puts back the entries whose count cannot be read (putBack,
+// with their traces) and acknowledges the asked IDs that turned out deleted.
+func (s *subscription) withCounts(asked []string, entries []wire.Entry, pend *redis.XPendingExtCmd, traces map[string]string) ([]wire.Entry, []int64) {
 	counts := make(map[string]int64, len(entries))
 	if p, err := pend.Result(); err == nil {
 		for _, e := range p {
@@ -277,7 +298,7 @@ func (s *subscription) withCounts(asked []string, entries []wire.Entry, pend *re
 	if len(unknown) > 0 {
 		s.a.cfg.Logger.Warn("redisstream: could not read the delivery count of claimed entries; they are delivered again later",
 			slog.String("stream", s.stream), slog.Int("entries", len(unknown)))
-		s.putBack(unknown)
+		s.putBack(unknown, traces)
 	}
 	if len(got) < len(asked) {
 		var missing []string
@@ -315,13 +336,14 @@ func (s *subscription) withoutAcked(entries []wire.Entry, counts []int64) ([]wir
 	return kept, cs
 }
 
-// handOut delivers claimed entries; those the stopping loop could not hand out are given back.
-func (s *subscription) handOut(entries []wire.Entry, counts []int64) int {
+// handOut delivers claimed entries, each with the span context of its failed attempt if
+// traces has one; those the stopping loop could not hand out are given back.
+func (s *subscription) handOut(entries []wire.Entry, counts []int64, traces map[string]string) int {
 	s.a.stats.reclaimed.Add(uint64(len(entries)))
 	for i, m := range entries {
-		if !s.deliver(m, counts[i]) {
+		if !s.deliver(m, counts[i], traces[m.ID]) {
 			for j := i + 1; j < len(entries); j++ {
-				s.unsent = append(s.unsent, sent{id: entries[j].ID, count: counts[j]})
+				s.unsent = append(s.unsent, sent{id: entries[j].ID, count: counts[j], trace: traces[entries[j].ID]})
 			}
 			break
 		}

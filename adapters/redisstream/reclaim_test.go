@@ -31,7 +31,7 @@ func TestUnreadableCountIsNotDelivered(t *testing.T) {
 	defer s.cancel()
 	pend := redis.NewXPendingExtCmd(ctx)
 	pend.SetErr(errors.New("the pipelined XPENDING failed"))
-	kept, counts := s.withCounts([]string{id}, []wire.Entry{{ID: id, Fields: []string{"k", "v"}}}, pend)
+	kept, counts := s.withCounts([]string{id}, []wire.Entry{{ID: id, Fields: []string{"k", "v"}}}, pend, nil)
 	if len(kept) != 0 {
 		t.Fatalf("entry handed out with count %v although its count could not be read", counts)
 	}
@@ -63,9 +63,9 @@ func TestTakeDueClaimsAtomically(t *testing.T) {
 	if err := c.ZAdd(ctx, a.retryKey(stream), redis.Z{Score: 1, Member: id}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	ids, err := a.scripts.takeDue.Run(ctx, c, []string{a.retryKey(stream), stream}, a.cfg.Group, "taker", 10).StringSlice()
-	if err != nil || len(ids) != 1 || ids[0] != id {
-		t.Fatalf("takeDue: %v %v, want [%s]", ids, err, id)
+	ids, err := a.scripts.takeDue.Run(ctx, c, []string{a.retryKey(stream), stream, a.traceKey(stream)}, a.cfg.Group, "taker", 10).StringSlice()
+	if err != nil || len(ids) != 2 || ids[0] != id || ids[1] != "" {
+		t.Fatalf("takeDue: %q %v, want [%s, \"\"] (the ID, no stored trace)", ids, err, id)
 	}
 	stolen, err := c.XClaim(ctx, &redis.XClaimArgs{Stream: stream, Group: a.cfg.Group, Consumer: "recoverer", MinIdle: 50 * time.Millisecond, Messages: []string{id}}).Result()
 	if err != nil || len(stolen) != 0 {

@@ -15,7 +15,9 @@ import (
 // ScheduleRetry leaves the entry pending (no XACK, no in-process resend) and returns
 // millrace.NackOriginal; the subscription's Nack then does nothing to Redis. It records the
 // entry's due time (the failure time plus req.Delay, on the server's clock) in the stream's
-// retry schedule, and restarts its idle time; the reclaimer of any consumer in the group
+// retry schedule, with the failed attempt's span context (msg's metadata under
+// millrace.HeaderAttemptTracePrefix, bounded: see trace.go), which the next delivery's
+// metadata carries again, and restarts its idle time; the reclaimer of any consumer in the group
 // delivers it again once due, with its delivery count one higher. Any delay works, a
 // millrace.RetryAfter longer than the policy's included.
 //
@@ -36,10 +38,11 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 	if !req.FailedAt.IsZero() {
 		delay -= max(time.Since(req.FailedAt), 0)
 	}
-	keys := []string{d.stream, a.retryKey(d.stream)}
+	keys := []string{d.stream, a.retryKey(d.stream), a.traceKey(d.stream)}
+	trace := encodeTrace(msg.Metadata)
 	var res int
 	err := a.retryTransient(ctx, "schedule retry", a.cfg.ProcessingBudget, a.notRun, func() (err error) {
-		res, err = a.scripts.retry.Run(ctx, a.client, keys, d.group, d.id, d.consumer, d.count, max(delay, 0).Milliseconds()).Int()
+		res, err = a.scripts.retry.Run(ctx, a.client, keys, d.group, d.id, d.consumer, d.count, max(delay, 0).Milliseconds(), trace).Int()
 		return err
 	})
 	if err != nil {

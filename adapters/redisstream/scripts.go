@@ -4,7 +4,8 @@ import "github.com/redis/go-redis/v9"
 
 // scripts are the operations that must check or combine several commands atomically. Each
 // touches the stream and its retry schedule (a sorted set of entry IDs scored by due time in
-// server milliseconds, see retryKey); in a Redis Cluster both hash to the stream's slot.
+// server milliseconds, see retryKey), most the trace hash too (traceKey); in a Redis Cluster
+// they all hash to the stream's slot.
 type scripts struct {
 	retry      *redis.Script
 	takeDue    *redis.Script
@@ -39,13 +40,22 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 // only if this consumer still owns the entry with the delivery count it was handed: a consumer
 // that overran its budget and lost the entry must not schedule the new owner's delivery.
 //
-// KEYS stream, schedule; ARGV group, entry ID, consumer, delivery count, delay ms.
+// With the due time it stores the failed attempt's span context (encodeTrace, see trace.go)
+// in the trace hash, or removes a stale one when there is none.
+//
+// KEYS stream, schedule, trace hash; ARGV group, entry ID, consumer, delivery count, delay ms,
+// encoded span context ("" for none).
 // Returns 1 when scheduled, 0 when the entry is no longer pending, -1 when another delivery owns it.
 const retryScript = luaNow + `
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
 if #p == 0 then return 0 end
 if p[1][2] ~= ARGV[3] or p[1][4] ~= tonumber(ARGV[4]) then return -1 end
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[5]), ARGV[2])
+if ARGV[6] ~= '' then
+  redis.call('HSET', KEYS[3], ARGV[2], ARGV[6])
+else
+  redis.call('HDEL', KEYS[3], ARGV[2])
+end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], 0, ARGV[2], 'IDLE', 0, 'JUSTID')
 return 1
 `
@@ -59,19 +69,30 @@ return 1
 // passed through Lua cost several times more); if the caller dies in between, the entries are
 // still pending and the recovery pass finds them.
 //
-// KEYS schedule, stream; ARGV group, consumer, limit. Returns the IDs.
+// The span contexts stored with the retries (retryScript) come off the trace hash in the same
+// step and are returned with the IDs.
+//
+// KEYS schedule, stream, trace hash; ARGV group, consumer, limit. Returns the IDs, each followed
+// by its stored span context ("" for none): id1, trace1, id2, trace2, ...
 const takeDueScript = luaNow + `
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+local out = {}
 for i = 1, #ids, 1000 do
   local chunk = {}
   for j = i, math.min(i + 999, #ids) do chunk[#chunk + 1] = ids[j] end
   redis.call('ZREM', KEYS[1], unpack(chunk))
+  local traces = redis.call('HMGET', KEYS[3], unpack(chunk))
+  redis.call('HDEL', KEYS[3], unpack(chunk))
+  for j, id in ipairs(chunk) do
+    out[#out + 1] = id
+    out[#out + 1] = traces[j] or ''
+  end
   local claim = {'XCLAIM', KEYS[2], ARGV[1], ARGV[2], 0}
   for _, id in ipairs(chunk) do claim[#claim + 1] = id end
   claim[#claim + 1] = 'JUSTID'
   redis.call(unpack(claim))
 end
-return ids
+return out
 `
 
 // luaOwned stops a script with 0 unless the entry ARGV[2] is still pending for consumer ARGV[3]
@@ -87,12 +108,14 @@ if #p == 0 or p[1][2] ~= ARGV[3] or p[1][4] ~= tonumber(ARGV[4]) then return 0 e
 // drops the entry from the retry schedule, in case a retry was pending. It writes nothing
 // unless this delivery still owns the entry (luaOwned).
 //
-// KEYS stream, dead-letter stream, schedule; ARGV group, entry ID, consumer, delivery count,
-// then field/value pairs (at most maxScriptValues). Returns the dead letter's entry ID, or 0.
+// KEYS stream, dead-letter stream, schedule, trace hash; ARGV group, entry ID, consumer,
+// delivery count, then field/value pairs (at most maxScriptValues). Returns the dead letter's
+// entry ID, or 0.
 const deadLetterScript = luaOwned + `
 local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 5))
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('ZREM', KEYS[3], ARGV[2])
+redis.call('HDEL', KEYS[4], ARGV[2])
 return id
 `
 
@@ -107,9 +130,11 @@ return 1
 // still owns it (luaOwned); it finishes the dead-lettering of an entry too wide for
 // deadLetterScript, after the XADD succeeded.
 //
-// KEYS stream, schedule; ARGV group, entry ID, consumer, delivery count. Returns 1 or 0.
+// KEYS stream, schedule, trace hash; ARGV group, entry ID, consumer, delivery count. Returns 1
+// or 0.
 const ackOwnedScript = luaOwned + `
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('ZREM', KEYS[2], ARGV[2])
+redis.call('HDEL', KEYS[3], ARGV[2])
 return 1
 `

@@ -35,11 +35,12 @@ type subscription struct {
 
 	ctx    context.Context // cancelled by stop: ends the loop
 	cancel context.CancelFunc
-	// msgCtx is the messages' context: it keeps the Subscribe context's values but is never
-	// cancelled, so that handlers in flight finish after a subscriber Close (the router waits for
-	// them up to its CloseTimeout; the router budget bounds each). Having no Done channel also
-	// spares every per-message context derived from it (the budget deadline) the registration
-	// with one shared parent, a contended lock at high rates.
+	// msgCtx is the Subscribe context, parent of the messages' contexts (withDelivery): those
+	// keep its values but are never cancelled, so that handlers in flight finish after a
+	// subscriber Close (the router waits for them up to its CloseTimeout; the router budget
+	// bounds each). Having no Done channel also spares every per-message context derived from
+	// them (the budget deadline) the registration with one shared parent, a contended lock at
+	// high rates.
 	msgCtx context.Context
 
 	inflight atomic.Int64
@@ -55,10 +56,12 @@ type subscription struct {
 	unsent      []sent    // entries read or claimed but not handed out when the loop stopped
 }
 
-// sent is an entry delivered to this consumer, with its delivery count.
+// sent is an entry delivered to this consumer, with its delivery count and the stored span
+// context of its failed attempt, if any (see trace.go).
 type sent struct {
 	id    string
 	count int64
+	trace string
 }
 
 func newSubscription(parent context.Context, a *Adapter, stream string, deadLetters bool) *subscription {
@@ -74,7 +77,7 @@ func newSubscription(parent context.Context, a *Adapter, stream string, deadLett
 		cursor:      "-",
 	}
 	s.ctx, s.cancel = context.WithCancel(parent)
-	s.msgCtx = context.WithoutCancel(parent)
+	s.msgCtx = parent
 	return s
 }
 
@@ -169,7 +172,7 @@ func (s *subscription) read(n int, block time.Duration) {
 	}
 	s.a.stats.read.Add(uint64(len(entries)))
 	for i, e := range entries {
-		if !s.deliver(e, 1) {
+		if !s.deliver(e, 1, "") {
 			for _, rest := range entries[i+1:] {
 				s.unsent = append(s.unsent, sent{id: rest.ID, count: 1})
 			}
@@ -197,9 +200,10 @@ func (s *subscription) failed(op string, err error) {
 	}
 }
 
-// deliver hands out one entry with its delivery count and reports false when the loop is
-// stopping (the entry is then remembered for giveBack).
-func (s *subscription) deliver(e wire.Entry, count int64) bool {
+// deliver hands out one entry with its delivery count and the stored span context of its
+// failed attempt ("" for none; see trace.go), and reports false when the loop is stopping (the
+// entry is then remembered for giveBack).
+func (s *subscription) deliver(e wire.Entry, count int64, trace string) bool {
 	var msg *message.Message
 	var err error
 	if s.deadLetters {
@@ -207,9 +211,13 @@ func (s *subscription) deliver(e wire.Entry, count int64) bool {
 	} else {
 		msg, err = decode(e.ID, e.Fields)
 	}
-	ctx := withDelivery(s.msgCtx, &delivery{
+	if err == nil && trace != "" && !applyTrace(msg.Metadata, trace) {
+		s.a.cfg.Logger.Warn("redisstream: dropped a stored attempt span context that is not one this adapter writes",
+			slog.String("stream", s.stream), slog.String("entry", e.ID), slog.Int("bytes", len(trace)))
+	}
+	ctx := withDelivery(s.msgCtx, delivery{
 		stream: s.stream, group: s.a.cfg.Group, consumer: s.consumer,
-		id: e.ID, count: count, fields: e.Fields,
+		id: e.ID, count: count, fields: e.Fields, added: addedAt(e.ID),
 	})
 	if err != nil {
 		s.a.stats.malformed.Add(1)
@@ -221,7 +229,7 @@ func (s *subscription) deliver(e wire.Entry, count int64) bool {
 	case s.out <- msg:
 	case <-s.ctx.Done():
 		s.inflight.Add(-1)
-		s.unsent = append(s.unsent, sent{id: e.ID, count: count})
+		s.unsent = append(s.unsent, sent{id: e.ID, count: count, trace: trace})
 		return false
 	}
 	go s.await(msg, e.ID)
@@ -256,9 +264,16 @@ func (s *subscription) giveBack() {
 	defer cancel()
 	pipe := s.a.client.TxPipeline()
 	due := make([]redis.Z, 0, len(s.unsent))
+	var traces []any
 	for _, u := range s.unsent {
 		pipe.Do(ctx, "XCLAIM", s.stream, s.a.cfg.Group, s.consumer, 0, u.id, "IDLE", 0, "RETRYCOUNT", max(u.count-1, 0), "JUSTID")
 		due = append(due, redis.Z{Score: 1, Member: u.id}) // due at once; never 0 (read as "not scheduled")
+		if u.trace != "" {
+			traces = append(traces, u.id, u.trace)
+		}
+	}
+	if len(traces) > 0 { // the span contexts claimDue took with them go back with them
+		pipe.HSet(ctx, s.a.traceKey(s.stream), traces...)
 	}
 	pipe.ZAdd(ctx, s.a.retryKey(s.stream), due...)
 	if _, err := pipe.Exec(ctx); err != nil {

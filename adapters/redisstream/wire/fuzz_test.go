@@ -54,6 +54,12 @@ func FuzzDecodeMetadata(f *testing.F) {
 		if n := min(run(), run(), run()); n > allocBound(len(b)) {
 			t.Fatalf("decoding %d bytes allocated %d", len(b), n)
 		}
+		into := map[string]string{}
+		errInto := DecodeMetadataInto(into, in)
+		if (errInto == nil) != (err == nil) || errInto != nil && (errInto.Error() != err.Error() || len(into) != 0) ||
+			errInto == nil && !maps.Equal(into, md) && !(len(into) == 0 && len(md) == 0) {
+			t.Fatalf("DecodeMetadataInto(%q) = %q, %v; DecodeMetadata: %q, %v", b, into, errInto, md, err)
+		}
 		if err != nil {
 			return
 		}

@@ -37,23 +37,53 @@ func DecodeMetadata(b string) (message.Metadata, error) {
 		return nil, fmt.Errorf("%w: the map claims %d entries, its %d remaining bytes hold at most %d", ErrMetadata, n, len(rest), len(rest)/2)
 	}
 	md := make(message.Metadata, n)
+	if err := fill(md, n, rest); err != nil {
+		return nil, err
+	}
+	return md, nil
+}
+
+// DecodeMetadataInto reads the metadata field b as DecodeMetadata does, into md, which must be
+// empty (a message's fresh Metadata: this spares the allocation of a second map). On error md
+// is left empty again. An empty field or a msgpack nil adds nothing.
+func DecodeMetadataInto(md message.Metadata, b string) error {
+	if b == "" || b == "\xc0" {
+		return nil
+	}
+	n, rest, err := mapLen(b)
+	if err != nil {
+		return err
+	}
+	if n > len(rest)/2 {
+		return fmt.Errorf("%w: the map claims %d entries, its %d remaining bytes hold at most %d", ErrMetadata, n, len(rest), len(rest)/2)
+	}
+	if err := fill(md, n, rest); err != nil {
+		clear(md)
+		return err
+	}
+	return nil
+}
+
+// fill reads the n entries of a map whose header is already read, and the end of b, into the
+// empty map md.
+func fill(md message.Metadata, n int, rest string) (err error) {
 	for i := range n {
 		var k, v string
 		if k, rest, err = text(rest); err != nil {
-			return nil, fmt.Errorf("%w: key %d: %w", ErrMetadata, i, err)
+			return fmt.Errorf("%w: key %d: %w", ErrMetadata, i, err)
 		}
 		if v, rest, err = text(rest); err != nil {
-			return nil, fmt.Errorf("%w: value of %q: %w", ErrMetadata, k, err)
+			return fmt.Errorf("%w: value of %q: %w", ErrMetadata, k, err)
 		}
 		md[k] = v
 	}
 	if len(md) != n {
-		return nil, fmt.Errorf("%w: a key repeats (%d entries, %d distinct keys)", ErrMetadata, n, len(md))
+		return fmt.Errorf("%w: a key repeats (%d entries, %d distinct keys)", ErrMetadata, n, len(md))
 	}
 	if len(rest) != 0 {
-		return nil, fmt.Errorf("%w: %d bytes after the map", ErrMetadata, len(rest))
+		return fmt.Errorf("%w: %d bytes after the map", ErrMetadata, len(rest))
 	}
-	return md, nil
+	return nil
 }
 
 // mapLen reads a map header: the claimed entry count and the bytes after the header.

@@ -52,6 +52,17 @@ func ParseEntries(v any) ([]Entry, error) {
 		return nil, fmt.Errorf("%w: entries are %T, not an array", ErrReply, v)
 	}
 	out := make([]Entry, len(arr))
+	// One backing array holds every entry's fields (each entry's slice capped to its own), so
+	// that a batch costs two allocations here, not one per entry.
+	total := 0
+	for _, item := range arr {
+		if e, ok := item.([]any); ok && len(e) >= 2 {
+			if f, ok := e[1].([]any); ok {
+				total += len(f)
+			}
+		}
+	}
+	backing := make([]string, 0, total)
 	for i, item := range arr {
 		e, ok := item.([]any)
 		if !ok || len(e) < 2 {
@@ -69,13 +80,15 @@ func ParseEntries(v any) ([]Entry, error) {
 		if !ok || len(f)%2 != 0 {
 			return nil, fmt.Errorf("%w: entry %s: fields are %T of %d items, not name/value pairs", ErrReply, id, e[1], len(f))
 		}
-		fields := make([]string, len(f))
+		start := len(backing)
 		for j, x := range f {
-			if fields[j], ok = x.(string); !ok {
+			v, ok := x.(string)
+			if !ok {
 				return nil, fmt.Errorf("%w: entry %s: field item %d is %T, not a bulk string", ErrReply, id, j, x)
 			}
+			backing = append(backing, v)
 		}
-		out[i].Fields = fields
+		out[i].Fields = backing[start:len(backing):len(backing)]
 	}
 	return out, nil
 }
@@ -131,8 +144,22 @@ var ErrNotWatermill = errors.New("not a Watermill message")
 // Even on error, uuid and payload are the values of the first UUID and payload fields, if any.
 // The metadata shares the fields' memory.
 func Decode(fields []string) (uuid, payload string, md message.Metadata, err error) {
+	uuid, payload, rawMD, err := Layout(fields)
+	if err != nil {
+		return uuid, payload, nil, err
+	}
+	if md, err = DecodeMetadata(rawMD); err != nil {
+		return uuid, payload, nil, err
+	}
+	return uuid, payload, md, nil
+}
+
+// Layout is Decode without the metadata: it checks the fields' layout and returns the UUID, the
+// payload and the metadata field as it is ("" when there is none), for DecodeMetadata or
+// DecodeMetadataInto. Its errors are Decode's, and so are uuid and payload on error.
+func Layout(fields []string) (uuid, payload, rawMD string, err error) {
 	var hasUUID, hasPayload, hasMD bool
-	var rawMD, extra string
+	var extra string
 	var repeated string
 	for i := 0; i+1 < len(fields); i += 2 {
 		name, value := fields[i], fields[i+1]
@@ -177,12 +204,9 @@ func Decode(fields []string) (uuid, payload string, md message.Metadata, err err
 		err = fmt.Errorf("%w: field %q is not part of the layout", ErrNotWatermill, clip(extra))
 	}
 	if err != nil {
-		return uuid, payload, nil, err
+		return uuid, payload, "", err
 	}
-	if md, err = DecodeMetadata(rawMD); err != nil {
-		return uuid, payload, nil, err
-	}
-	return uuid, payload, md, nil
+	return uuid, payload, rawMD, nil
 }
 
 // Marshal encodes msg the way watermill-redisstream's publisher does (its own marshaller, so the
