@@ -82,10 +82,15 @@ func longerRequests(timeout time.Duration) func(*awssqs.Options) {
 
 // Do sends req with the guard's deadline, which covers reading the response body too (it ends
 // when the SDK closes the body). A request that passes it fails with an error the SDK's
-// retryer retries (on a new connection, the idle ones being closed).
+// retryer retries (on a new connection, the idle ones being closed). The request body goes
+// to the transport as a plain reader (see readOnlyBody).
 func (g *callGuard) Do(req *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithTimeout(req.Context(), g.timeout)
-	resp, err := g.base.Do(req.WithContext(ctx))
+	req = req.WithContext(ctx)
+	if req.Body != nil && req.Body != http.NoBody {
+		req.Body = readOnlyBody{req.Body}
+	}
+	resp, err := g.base.Do(req)
 	if err != nil {
 		cancel()
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -100,6 +105,24 @@ func (g *callGuard) Do(req *http.Request) (*http.Response, error) {
 	resp.Body = &guardedBody{ReadCloser: resp.Body, ctx: ctx, cancel: cancel, g: g}
 	return resp, nil
 }
+
+// readOnlyBody hides every method of the SDK's request body but Read and Close: it keeps
+// net/http from killing a connection whose response is still being read.
+//
+// smithy-go (aws-sdk-go-v2) closes the request body as soon as the HTTP client returns the
+// response headers, and its body then answers Read with io.EOF, but WriteTo (which it also
+// has) with the error io.EOF. net/http's write loop may still be busy with the request at that
+// moment: after sending the Content-Length bytes it copies the rest of the body to io.Discard
+// to check that there is none, and io.Copy uses WriteTo, so the copy fails with io.EOF. net/http
+// takes that as a failed request write and closes the connection, under the response body the
+// SDK is reading: the SDK sees "use of closed network connection", which its retryer retries.
+// For a ReceiveMessage that SQS has answered, the retry is a second receive, and the messages of
+// the first are lost until their visibility timeout ends, with a receive counted that no
+// handler saw (under MaxAttempts 1: dead-lettered unhandled); for a SendMessage, a duplicate.
+// It happens when the endpoint answers within the write loop's last step: on a local endpoint
+// under load, several times per BenchmarkConsumeAnchors run. Through Read alone, a closed
+// body is just at its end (io.Copy ends without error), so the connection is kept.
+type readOnlyBody struct{ io.ReadCloser }
 
 // guardedBody ends a request's deadline when its response body is closed, and closes the idle
 // connections if the deadline cut the body short.
