@@ -48,6 +48,7 @@ var (
 //	millrace_10pct_free       millrace, the same 10% called "failing" but succeeding: failures
 //	                          that cost nothing beyond their first handler call (the ceiling)
 //	watermill_all_healthy     a bare watermill-kafka consumer, no failures
+//	millrace_all_failing      millrace, every record fails once (for its CPU per record only)
 //	watermill_retry_10pct     the bare consumer with Watermill's middleware.Retry, which sleeps
 //	                          in the handler and so blocks the failing record's partition
 //
@@ -76,9 +77,9 @@ var (
 //	                (healthy and failing, up to the last first attempt) over the baseline's
 //
 // and, in µs/record, this process's CPU per record of each variant (cpu_<variant>) and
-// cpu_failing_record: the failing run's CPU less its healthy records' at the all-healthy
-// run's per-record CPU of the same round, over its failing records (their first attempt and
-// the production of their retry), with the target cpu_failing_record /
+// cpu_failing_record, from a fifth variant, millrace_all_failing, where every record fails
+// once: its CPU from the first handler call to the last first attempt, per record (a failed
+// attempt and the production of its retry), with the target cpu_failing_record /
 // cpu_millrace_all_healthy <= 2.
 //
 //	source .ci/services/kafka.sh
@@ -152,6 +153,8 @@ type benchRun struct {
 	// first handler call to the last healthy record, per record: unlike the rates, it hardly
 	// moves when other processes compete for the CPU.
 	cpuPerRecord time.Duration
+	// cpuPerFirst is the same to the last first attempt, per first attempt.
+	cpuPerFirst time.Duration
 }
 
 // processCPU returns the CPU time this process used so far, in nanoseconds.
@@ -170,6 +173,7 @@ const (
 	allHealthy  benchMode = iota // no record fails
 	failOnce                     // every 10th record fails once and is retried after benchDelay
 	failForFree                  // every 10th record is counted as failing but succeeds: a failure that costs nothing
+	failAll                      // every record fails once and is retried after benchDelay
 )
 
 // benchRounds runs the fast variants rounds times, interleaved, and reports each figure as
@@ -184,11 +188,14 @@ func benchRounds(b *testing.B, records, rounds int) {
 				return r.healthyPerSec
 			}}
 		}
-		res := benchround.Interleave(b, rounds,
+		all := benchround.Interleave(b, rounds,
 			v("millrace_all_healthy", func() benchRun { return benchMillrace(b, records, allHealthy) }),
 			v("millrace_10pct_failing", func() benchRun { return benchMillrace(b, records, failOnce) }),
 			v("watermill_all_healthy", func() benchRun { return benchWatermill(b, records, false) }),
-			v("millrace_10pct_free", func() benchRun { return benchMillrace(b, records, failForFree) }))
+			v("millrace_10pct_free", func() benchRun { return benchMillrace(b, records, failForFree) }),
+			v("millrace_all_failing", func() benchRun { return benchMillrace(b, records, failAll) }))
+		// millrace_all_failing has no healthy records: it is there for its CPU.
+		res := benchround.Result{Names: all.Names[:4], Values: all.Values[:4]}
 		benchround.Report(b, res, "healthy/s",
 			benchround.Pair{A: "millrace_10pct_failing", B: "millrace_all_healthy"},
 			benchround.Pair{A: "millrace_10pct_free", B: "millrace_all_healthy"},
@@ -202,18 +209,13 @@ func benchRounds(b *testing.B, records, rounds int) {
 		lo, med, hi := benchround.Stats(firsts)
 		fmt.Println(benchround.Line(b.Name(), "millrace_10pct_failing_first_attempts/millrace_all_healthy", "ratio", lo, med, hi, len(firsts), ""))
 		cpu := cpuResult(res.Names, runs)
-		// A failing record's CPU: the failing run's CPU, less its healthy records' at the
-		// all-healthy run's rate of the same round, over its failing records (their first
-		// attempt and their retry's production; the second attempt, a healthy call, comes
-		// after the measured span).
-		failN := float64(records / benchFailEvery)
-		healthyN := float64(records) - failN
-		var per []float64
-		for r, f := range cpu.Of("cpu_millrace_10pct_failing") {
-			h := cpu.Of("cpu_millrace_all_healthy")[r]
-			per = append(per, (f*float64(records)-h*healthyN)/failN)
+		// A failing record's CPU: the all-failing run's, to its last first attempt, per record
+		// (its failed attempt and the production of its retry).
+		var failing []float64
+		for _, run := range runs["millrace_all_failing"] {
+			failing = append(failing, float64(run.cpuPerFirst.Nanoseconds())/1000)
 		}
-		cpu.Names, cpu.Values = append(cpu.Names, "cpu_failing_record"), append(cpu.Values, per)
+		cpu.Names, cpu.Values = append(cpu.Names, "cpu_failing_record"), append(cpu.Values, failing)
 		benchround.Report(b, cpu, "µs/record", benchround.Pair{A: "cpu_failing_record", B: "cpu_millrace_all_healthy", Target: "<= 2"})
 	}
 }
@@ -243,6 +245,7 @@ type benchClock struct {
 	start                  atomic.Int64 // unix nanos of the first handler call
 	lastHealthy, lastFirst atomic.Int64 // unix nanos of the last healthy record and first attempt
 	cpuStart, cpuEnd       atomic.Int64 // this process's CPU time (user+system, ns) at start and at the last healthy record
+	cpuFirst               atomic.Int64 // this process's CPU time at the last first attempt
 	all                    chan struct{}
 	once                   sync.Once
 }
@@ -255,6 +258,13 @@ func newBenchClock(records int, failing bool) *benchClock {
 	return &benchClock{wantHealthy: int64(healthy), wantFirst: int64(records), all: make(chan struct{})}
 }
 
+// newFailingClock times a run where every record fails once: to the last first attempt.
+func newFailingClock(records int) *benchClock {
+	c := &benchClock{wantFirst: int64(records), all: make(chan struct{})}
+	c.lastHealthy.Store(1) // none to wait for
+	return c
+}
+
 // call records a handler call: healthy or not, first attempt or not.
 func (c *benchClock) call(healthy, first bool) {
 	// Once, not a compare-and-swap: no call may read the start before it is stored.
@@ -263,6 +273,7 @@ func (c *benchClock) call(healthy, first bool) {
 		c.start.Store(time.Now().UnixNano())
 	})
 	if first && c.firstN.Add(1) == c.wantFirst {
+		c.cpuFirst.Store(processCPU()) // before lastFirst, which finished reads
 		c.lastFirst.Store(time.Now().UnixNano())
 		c.finished()
 	}
@@ -295,6 +306,10 @@ func (c *benchClock) result(b *testing.B, what string) benchRun {
 	}
 	if last := c.lastFirst.Load(); last != 0 {
 		r.firstPerSec = float64(c.wantFirst) / time.Duration(last-start).Seconds()
+		r.cpuPerFirst = time.Duration(c.cpuFirst.Load()-c.cpuStart.Load()) / time.Duration(c.wantFirst)
+	}
+	if c.wantHealthy == 0 {
+		r.healthyPerSec, r.cpuPerRecord = 0, 0
 	}
 	return r
 }
@@ -354,6 +369,9 @@ func benchMillraceIn(b *testing.B, records int, mode benchMode, atLeastOnce bool
 	topic := benchTopic(b, a, policy, records)
 	clock := newBenchClock(records, mode != allHealthy)
 	wantRetries := int64(records / benchFailEvery)
+	if mode == failAll {
+		clock, wantRetries = newFailingClock(records), int64(records)
+	}
 	var retried atomic.Int64
 	retriesDone := make(chan struct{})
 	r, err := router.New(router.Config{Adapter: a, Policy: policy, Logger: slog.New(slog.DiscardHandler)})
@@ -361,12 +379,12 @@ func benchMillraceIn(b *testing.B, records int, mode benchMode, atLeastOnce bool
 		b.Fatal(err)
 	}
 	r.Handle("bench", topic, func(_ context.Context, msg *message.Message, at millrace.Attempt) error {
-		if mode != allHealthy && failsOnce(msg) {
+		if mode == failAll || mode != allHealthy && failsOnce(msg) {
 			clock.call(false, at.Number == 1)
-			if mode == failOnce && at.Number == 1 {
+			if mode != failForFree && at.Number == 1 {
 				return errors.New("transient")
 			}
-			if mode == failOnce && retried.Add(1) == wantRetries {
+			if mode != failForFree && retried.Add(1) == wantRetries {
 				close(retriesDone)
 			}
 			return nil
@@ -379,7 +397,7 @@ func benchMillraceIn(b *testing.B, records int, mode benchMode, atLeastOnce bool
 	go func() { done <- r.Run(ctx) }()
 	defer func() { cancel(); _ = r.Close(); <-done }()
 	res := clock.result(b, "millrace")
-	if mode == failOnce {
+	if mode == failOnce || mode == failAll {
 		select { // every failed record must still succeed on its retry
 		case <-retriesDone:
 		case <-time.After(time.Minute):

@@ -158,14 +158,24 @@ func lastValue(hs []*sarama.RecordHeader, k string) (string, bool) {
 // headers unchanged, then state (millrace's retry state, sorted by name), the UUID where the
 // original headers do not carry it, and HeaderOriginalHeaders.
 func retryHeaders(d *delivery, uuid string, state message.Metadata) []sarama.RecordHeader {
-	b := headerBuilder{buf: make([]byte, 0, headerBytes(d.orig)+128+len(uuid)), hs: make([]sarama.RecordHeader, 0, len(d.orig)+len(state)+2)}
+	// The names sorted in an array on the stack (a retry copy carries about ten), and one
+	// buffer sized for every name and value: this runs for every failing record.
+	var arr [2 * retryHeaderRoom]string
+	names := arr[:0]
+	size := headerBytes(d.orig) + len(wmkafka.UUIDHeaderKey) + len(uuid) + len(HeaderOriginalHeaders) + 20
+	for k, v := range state {
+		if k != wmkafka.UUIDHeaderKey && k != HeaderOriginalHeaders {
+			names = append(names, k)
+			size += len(k) + len(v)
+		}
+	}
+	slices.Sort(names)
+	b := headerBuilder{buf: make([]byte, 0, size), hs: make([]sarama.RecordHeader, 0, len(d.orig)+len(names)+2)}
 	for _, h := range d.orig {
 		b.addRaw(h, false)
 	}
-	for _, k := range slices.Sorted(maps.Keys(state)) {
-		if k != wmkafka.UUIDHeaderKey && k != HeaderOriginalHeaders {
-			b.add(k, state[k])
-		}
+	for _, k := range names {
+		b.add(k, state[k])
 	}
 	if v, ok := lastValue(d.orig, wmkafka.UUIDHeaderKey); !ok || v != uuid {
 		b.add(wmkafka.UUIDHeaderKey, uuid)

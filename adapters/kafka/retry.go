@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -92,7 +93,12 @@ func (a *Adapter) retryRecord(ctx context.Context, msg *message.Message, d *deli
 	}
 	// A consumed record's copy keeps the source record's headers exactly (order, repeated
 	// names, values), then millrace's retry state: see retryHeaders.
-	state := make(message.Metadata, retryHeaderRoom)
+	// The state is only read into the copy's headers, so its map is reused.
+	state := retryStates.Get().(message.Metadata)
+	defer func() {
+		clear(state)
+		retryStates.Put(state)
+	}()
 	millrace.SetRetryHeaders(state, next, req.FailedAt.Add(t.delay))
 	// The failed attempt's span context (telemetry writes it into the metadata), so the next
 	// attempt's span links to it. It is millrace's own state, like the retry headers: a
@@ -115,7 +121,8 @@ func (a *Adapter) retryRecord(ctx context.Context, msg *message.Message, d *deli
 			state[HeaderOriginalTimestamp] = strconv.FormatInt(d.Timestamp.UnixMilli(), 10)
 		}
 	}
-	cp := &message.Message{UUID: msg.UUID, Payload: d.value, Metadata: state}
+	// No metadata: the marshaler writes the headers built here (recordHeaders), never metadata.
+	cp := &message.Message{UUID: msg.UUID, Payload: d.value}
 	ctx = context.WithValue(ctx, recordKey{}, d.Key)
 	cp.SetContext(context.WithValue(ctx, recordHeaders{}, retryHeaders(d, msg.UUID, state)))
 	return cp
@@ -158,6 +165,9 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 	}
 	return nil
 }
+
+// retryStates holds the maps retryRecord gathers a copy's retry state in.
+var retryStates = sync.Pool{New: func() any { return make(message.Metadata, retryHeaderRoom) }}
 
 // retryHeaderRoom is how many headers ScheduleRetry may add: millrace's retry headers
 // (SetRetryHeaders) and the origin headers (setOrigin, HeaderOriginalTimestamp).
