@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -11,74 +12,182 @@ import (
 	"github.com/millrace/millrace"
 )
 
-// confirmChannel is a channel in publisher-confirm mode with its basic.return listener.
-type confirmChannel struct {
+// lane is a confirm channel that concurrent publishes share: each publishes and then waits for
+// its own confirms, so the retries and dead letters of a subscription's window are pipelined on
+// one channel instead of taking turns (or a channel each).
+//
+// A message the broker returns as unroutable (basic.return) carries no publish sequence number,
+// so the lane's return reader matches it to the publishes waiting on the lane by exchange,
+// routing key, message-id and body, and marks every one that matches (two identical messages
+// in flight at once both fail: the safe way, since a failed publish never acks its original).
+// RabbitMQ sends a message's basic.return before its basic.ack, and amqp091's reader hands the
+// return to the (unbuffered) return channel before it reads the ack, so once a publish's
+// confirm is in, the reader has taken its return; sync then waits until the reader has
+// recorded it.
+type lane struct {
 	ch      *amqp091.Channel
-	returns chan amqp091.Return
+	barrier chan chan struct{}
+	dead    chan struct{} // closed when the channel closed and its returns were all read
+
+	mu      sync.Mutex
+	pending map[*sent]struct{}
+	users   int // publishes using the lane now; guarded by publishers.mu
 }
 
-// publishers is a pool of confirm channels on the publishing connection. A channel is used by
-// one publish at a time, so a basic.return seen during a publish belongs to it.
+// sent is one publish waiting for its confirm on a lane.
+type sent struct {
+	exchange, key string
+	pub           *amqp091.Publishing
+	returned      *amqp091.Return // set by the lane's return reader
+}
+
+func newLane(ch *amqp091.Channel) *lane {
+	l := &lane{ch: ch, barrier: make(chan chan struct{}), dead: make(chan struct{}), pending: map[*sent]struct{}{}}
+	go l.readReturns(ch.NotifyReturn(make(chan amqp091.Return)))
+	return l
+}
+
+// readReturns records each basic.return on the publish it belongs to and answers sync, until
+// amqp091 closes returns with the channel.
+func (l *lane) readReturns(returns <-chan amqp091.Return) {
+	defer close(l.dead)
+	for {
+		select {
+		case r, ok := <-returns:
+			if !ok {
+				return
+			}
+			l.match(r)
+		case reply := <-l.barrier:
+			close(reply)
+		}
+	}
+}
+
+// match marks the publishes waiting on the lane that r is a return of.
+func (l *lane) match(r amqp091.Return) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	hit := false
+	for s := range l.pending {
+		if s.exchange == r.Exchange && s.key == r.RoutingKey && s.pub.MessageId == r.MessageId && bytes.Equal(s.pub.Body, r.Body) {
+			hit = true
+			if s.returned == nil {
+				s.returned = &r
+			}
+		}
+	}
+	if hit {
+		return
+	}
+	// Not recognised (it should be): every publish to the same exchange and key fails, rather
+	// than one being taken for delivered.
+	for s := range l.pending {
+		if s.exchange == r.Exchange && s.key == r.RoutingKey && s.returned == nil {
+			s.returned = &r
+		}
+	}
+}
+
+// sync returns once the return reader has recorded every return amqp091 handed it so far.
+func (l *lane) sync() {
+	reply := make(chan struct{})
+	select {
+	case l.barrier <- reply:
+		<-reply
+	case <-l.dead:
+	}
+}
+
+// publishers holds the confirm channels (lanes) of the publishing connection.
 type publishers struct {
 	conn *connection
 
+	opening chan struct{} // held while a lane opens
+
 	mu       sync.Mutex
-	idle     []*confirmChannel
+	lanes    []*lane
 	declared map[string]bool
 }
 
-const maxIdleChannels = 8
+// maxLanes is how many confirm channels publishes spread over: a new publish takes an idle
+// lane, else opens one while there are fewer, else shares the least busy.
+const maxLanes = 4
 
 func newPublishers(conn *connection) *publishers {
-	return &publishers{conn: conn, declared: map[string]bool{}}
+	return &publishers{conn: conn, opening: make(chan struct{}, 1), declared: map[string]bool{}}
 }
 
-func (p *publishers) acquire(ctx context.Context) (*confirmChannel, error) {
-	p.mu.Lock()
-	for len(p.idle) > 0 {
-		c := p.idle[len(p.idle)-1]
-		p.idle = p.idle[:len(p.idle)-1]
-		if !c.ch.IsClosed() {
-			p.mu.Unlock()
-			return c, nil
-		}
+// lane returns a lane for one publish, to be given back with done.
+func (p *publishers) lane(ctx context.Context) (*lane, error) {
+	if l := p.pick(false); l != nil {
+		return l, nil
 	}
-	p.mu.Unlock()
+	// One lane opens at a time, so concurrent publishes do not each open one.
+	select {
+	case p.opening <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-p.opening }()
+	if l := p.pick(false); l != nil {
+		return l, nil
+	}
 	ch, err := p.conn.channel(ctx)
 	if err != nil {
+		if l := p.pick(true); l != nil { // a lane that is busy beats none
+			return l, nil
+		}
 		return nil, err
 	}
 	if err := ch.Confirm(false); err != nil {
 		_ = ch.Close()
 		return nil, fmt.Errorf("amqp: enable publisher confirms: %w", err)
 	}
-	// publish drains returns while it waits for confirms, so a small buffer never blocks the
-	// connection's reader for long.
-	return &confirmChannel{ch: ch, returns: ch.NotifyReturn(make(chan amqp091.Return, 16))}, nil
+	l := newLane(ch)
+	p.mu.Lock()
+	l.users++
+	p.lanes = append(p.lanes, l)
+	p.mu.Unlock()
+	return l, nil
 }
 
-// release returns c to the pool, or closes it when it failed or the pool is full.
-func (p *publishers) release(c *confirmChannel, healthy bool) {
-	if healthy && !c.ch.IsClosed() {
-		p.mu.Lock()
-		if len(p.idle) < maxIdleChannels {
-			p.idle = append(p.idle, c)
-			p.mu.Unlock()
-			return
+// pick takes an idle lane, or the least busy once there are maxLanes (any, with busy set); nil
+// if a new one should be opened.
+func (p *publishers) pick(busy bool) *lane {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	live := p.lanes[:0]
+	for _, l := range p.lanes {
+		if !l.ch.IsClosed() {
+			live = append(live, l)
 		}
-		p.mu.Unlock()
 	}
-	// A failed publish may still have returns on the way; take them until the channel closes
-	// (amqp091 then closes c.returns), so the reader never blocks on one during Close.
-	go func() {
-		for range c.returns {
+	clear(p.lanes[len(live):])
+	p.lanes = live
+	var best *lane
+	for _, l := range p.lanes {
+		if best == nil || l.users < best.users {
+			best = l
 		}
-	}()
-	_ = c.ch.Close()
+	}
+	if best == nil || (best.users > 0 && len(p.lanes) < maxLanes && !busy) {
+		return nil
+	}
+	best.users++
+	return best
+}
+
+// done gives back a lane taken with lane.
+func (p *publishers) done(l *lane) {
+	p.mu.Lock()
+	l.users--
+	p.mu.Unlock()
 }
 
 // declareExchange declares a durable topic exchange once per adapter, so publishing before
-// Provision does not fail with 404 (which would close the channel).
+// Provision does not fail with 404 (which would close the channel). It uses a channel of its
+// own: a refused declare closes its channel, which must not be a lane other publishes share.
 func (p *publishers) declareExchange(ctx context.Context, name string) error {
 	if name == "" {
 		return nil
@@ -89,90 +198,80 @@ func (p *publishers) declareExchange(ctx context.Context, name string) error {
 	if done {
 		return nil
 	}
-	c, err := p.acquire(ctx)
+	ch, err := p.conn.channel(ctx)
 	if err != nil {
 		return err
 	}
-	if err := c.ch.ExchangeDeclare(name, "topic", true, false, false, false, nil); err != nil {
-		p.release(c, false)
+	defer ch.Close()
+	if err := ch.ExchangeDeclare(name, "topic", true, false, false, false, nil); err != nil {
 		return topologyError("declare exchange "+name, err)
 	}
-	p.release(c, true)
 	p.mu.Lock()
 	p.declared[name] = true
 	p.mu.Unlock()
 	return nil
 }
 
-// publish publishes pubs to exchange, pubs[i] with routing key keys[i], on one confirm channel
-// and waits for every confirm. With mandatory set, a message the broker returns as unroutable
-// (no queue bound for its key) fails the whole call with ErrUnroutable: without it RabbitMQ
-// confirms and silently drops such a message. It also fails if the broker nacks a message or
-// ctx ends first; messages before the failing one may have been delivered.
+// publish publishes pubs to exchange, pubs[i] with routing key keys[i], on one lane and waits
+// for every confirm; other publishes may share the lane meanwhile. With mandatory set, a
+// message the broker returns as unroutable (no queue bound for its key) fails the whole call
+// with ErrUnroutable: without it RabbitMQ confirms and silently drops such a message. It also
+// fails if the broker nacks a message, the channel closes, or ctx ends first; messages before
+// the failing one may have been delivered.
 func (p *publishers) publish(ctx context.Context, exchange string, keys []string, pubs []amqp091.Publishing, mandatory bool) error {
-	c, err := p.acquire(ctx)
+	l, err := p.lane(ctx)
 	if err != nil {
 		return err
 	}
-	for drained := false; !drained; { // a stale return from an abandoned publish must not be blamed on this one
-		select {
-		case _, ok := <-c.returns:
-			drained = !ok
-		default:
-			drained = true
-		}
+	defer p.done(l)
+	ss := make([]*sent, len(pubs))
+	l.mu.Lock()
+	for i := range pubs {
+		ss[i] = &sent{exchange: exchange, key: keys[i], pub: &pubs[i]}
+		l.pending[ss[i]] = struct{}{}
 	}
+	l.mu.Unlock()
+	defer func() { // a return that comes later (an abandoned wait) then matches nothing here
+		l.mu.Lock()
+		for _, s := range ss {
+			delete(l.pending, s)
+		}
+		l.mu.Unlock()
+	}()
 	dcs := make([]*amqp091.DeferredConfirmation, 0, len(pubs))
 	for i, pub := range pubs {
-		dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, keys[i], mandatory, false, pub)
+		dc, err := l.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, keys[i], mandatory, false, pub)
 		if err != nil {
-			p.release(c, false)
 			return fmt.Errorf("amqp: publish to %q with key %q: %w", exchange, keys[i], err)
 		}
 		dcs = append(dcs, dc)
 	}
-	var returned []amqp091.Return
-	returns := c.returns // nil once amqp091 closed it (channel gone: the confirms then fail)
 	for i, dc := range dcs {
-	wait: // take returns while waiting, so the connection's reader never blocks on them
-		for {
-			select {
-			case <-dc.Done():
-				break wait
-			case r, ok := <-returns:
-				if !ok {
-					returns = nil
-					continue
-				}
-				returned = append(returned, r)
-			case <-ctx.Done():
-				p.release(c, false) // the confirm may still arrive; do not reuse the channel
-				return fmt.Errorf("amqp: wait for confirm from %q: %w", exchange, ctx.Err())
-			}
+		select {
+		case <-dc.Done():
+		case <-ctx.Done():
+			return fmt.Errorf("amqp: wait for confirm from %q: %w", exchange, ctx.Err())
 		}
 		if !dc.Acked() {
-			p.release(c, false)
 			return fmt.Errorf("%w: exchange %q, key %q", ErrNotConfirmed, exchange, keys[i])
 		}
 	}
-	// RabbitMQ sends basic.return before the basic.ack of the same publish, and the reader
-	// hands it to c.returns before it handles the ack: every return is in hand or buffered.
-	for drained := returns == nil; !drained; {
-		select {
-		case r, ok := <-returns:
-			if ok {
-				returned = append(returned, r)
+	l.sync()
+	l.mu.Lock()
+	var first *amqp091.Return
+	returned := 0
+	for _, s := range ss {
+		if s.returned != nil {
+			returned++
+			if first == nil {
+				first = s.returned
 			}
-			drained = !ok
-		default:
-			drained = true
 		}
 	}
-	p.release(c, true)
-	if len(returned) > 0 {
-		r := returned[0]
+	l.mu.Unlock()
+	if returned > 0 {
 		return fmt.Errorf("%w: %d of %d message(s), first: exchange %q, key %q: %d %s",
-			ErrUnroutable, len(returned), len(pubs), exchange, r.RoutingKey, r.ReplyCode, r.ReplyText)
+			ErrUnroutable, returned, len(pubs), exchange, first.RoutingKey, first.ReplyCode, first.ReplyText)
 	}
 	return nil
 }
@@ -185,10 +284,10 @@ func (p *publishers) publishConfirmed(ctx context.Context, exchange, key string,
 func (p *publishers) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, c := range p.idle {
-		_ = c.ch.Close()
+	for _, l := range p.lanes {
+		_ = l.ch.Close()
 	}
-	p.idle = nil
+	p.lanes = nil
 }
 
 // publisher is the message.Publisher of an Adapter; closing it leaves the adapter open.
