@@ -31,6 +31,13 @@ import (
 // reason for the work queue, would buy extra attempts, crash the queue process, or make
 // RabbitMQ see a dead-letter cycle and drop the message. The copy leaves the foreign x-death
 // behind and keeps the typed headers and properties (see copyOf).
+//
+// With tracing on (telemetry wrote the attempt's span context into the metadata, under
+// millrace.HeaderAttemptTracePrefix), the first tier takes the copy path too: a rejected
+// delivery comes back with the headers it arrived with, so the next attempt's span could not
+// link to this one. That is the cost of tracing: one confirmed publish per retry instead of a
+// reject (the copy is at-least-once on classic queues, too, where the reject is not). Without
+// a tracer nothing is written and retries reject as above.
 func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req millrace.RetryRequest) (millrace.Disposition, error) {
 	d := deliveryFrom(msg.Context())
 	if d == nil {
@@ -45,7 +52,7 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 	}
 	tier := ts.pick(req.Delay)
 	reject := tier == ts.reject
-	if reject && d.trusted {
+	if reject && d.trusted && !traced(msg) {
 		d.reject.Store(true)
 		return millrace.NackOriginal, nil
 	}
@@ -70,4 +77,10 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 		return 0, fmt.Errorf("amqp: publish retry of %s to the %s tier: %w", msg.UUID, tier, err)
 	}
 	return millrace.AckOriginal, nil
+}
+
+// traced reports whether msg carries the span context of its attempt (written by telemetry),
+// which only a retry copy can carry on to the next attempt.
+func traced(msg *message.Message) bool {
+	return msg.Metadata.Get(millrace.HeaderAttemptTracePrefix+"traceparent") != ""
 }
