@@ -44,6 +44,21 @@ type Topic struct {
 	BindingKeys []string
 }
 
+// Defaults and limits of Config.Window and Config.Prefetch.
+const (
+	// DefaultWindow is Config.Window's default: up to 32 deliveries of one subscription in
+	// flight, as in the SQS adapter.
+	DefaultWindow = 32
+	// DefaultPrefetch is Config.Prefetch's default: the broker sends up to 256 deliveries of
+	// one subscription ahead of their acks (RabbitMQ's guidance is a prefetch in the hundreds
+	// for throughput; Spring AMQP's default is 250).
+	DefaultPrefetch = 256
+	// MaxWindow is the largest Config.Window.
+	MaxWindow = 1024
+	// MaxPrefetch is the largest Config.Prefetch: basic.qos's prefetch-count is 16 bits.
+	MaxPrefetch = 65535
+)
+
 // Config configures an Adapter. The zero Config connects to DefaultURL with classic queues.
 type Config struct {
 	// URL is the AMQP URI of the broker. Default: DefaultURL.
@@ -56,9 +71,21 @@ type Config struct {
 	// Topics maps a topic (the work queue name) to its exchange and binding keys.
 	// Default: every topic has an exchange of its own name bound with "#".
 	Topics map[string]Topic
-	// Prefetch is the consumer prefetch (basic.qos) per subscription. Default 10. On quorum
-	// queues a consumer crash returns every prefetched message, and each return counts as an
-	// attempt; set 1 where that matters more than throughput.
+	// Window is how many deliveries one subscription has in flight at most: handed to the
+	// router and not yet acked or nacked by it (or nacked and waiting for RequeueDelay).
+	// Watermill's router runs a handler per message it takes, so up to Window handlers of a
+	// subscription run in parallel, in no particular order. Default DefaultWindow (32), or
+	// Prefetch when Prefetch is set and smaller; 1 to MaxWindow (1024), and at most Prefetch
+	// (the broker never sends more than Prefetch unsettled deliveries). Window 1 with
+	// Prefetch 1 hands out one message at a time, in queue order.
+	Window int
+	// Prefetch is the consumer prefetch (basic.qos) per subscription: how many deliveries the
+	// broker sends without an ack, the Window in flight, those buffered for it and those whose
+	// acks wait to be coalesced (see "Concurrency and acknowledgements" in the package documentation).
+	// Default DefaultPrefetch (256), or Window when Window is larger; 1 to MaxPrefetch
+	// (65535, AMQP's limit). It bounds what a crash or a cut repeats (see "Crashes"), and on
+	// quorum queues a consumer crash returns every prefetched message, each return counting
+	// as an attempt: set Prefetch and Window low where that matters more than throughput.
 	Prefetch int
 	// RequeueDelay is how long a subscription waits before requeueing a nacked message that
 	// was not sent to a retry tier (failed dead-letter write, failed retry publish, shutdown),
@@ -103,7 +130,12 @@ func (c Config) Validate() error {
 		rule  string
 	}{
 		{"Config.DeliveryLimit", c.DeliveryLimit < 0, strconv.Itoa(c.DeliveryLimit), "must not be negative (0 means 20)"},
-		{"Config.Prefetch", c.Prefetch < 0, strconv.Itoa(c.Prefetch), "must not be negative (0 means 10)"},
+		{"Config.Window", c.Window < 0 || c.Window > MaxWindow, strconv.Itoa(c.Window),
+			"must be between 1 and " + strconv.Itoa(MaxWindow) + " (MaxWindow); 0 means " + strconv.Itoa(DefaultWindow) + ", or Prefetch if smaller"},
+		{"Config.Prefetch", c.Prefetch < 0 || c.Prefetch > MaxPrefetch, strconv.Itoa(c.Prefetch),
+			"must be between 1 and " + strconv.Itoa(MaxPrefetch) + " (MaxPrefetch); 0 means " + strconv.Itoa(DefaultPrefetch) + ", or Window if larger"},
+		{"Config.Window", c.Window > 0 && c.Prefetch > 0 && c.Window > c.Prefetch, strconv.Itoa(c.Window),
+			"must be at most Config.Prefetch (" + strconv.Itoa(c.Prefetch) + "): the broker never sends more than Prefetch unsettled deliveries"},
 		{"Config.RequeueDelay", c.RequeueDelay < 0, c.RequeueDelay.String(), "must not be negative (0 means 500ms)"},
 		{"Config.DrainTimeout", c.DrainTimeout < 0, c.DrainTimeout.String(), "must not be negative (0 means 30s)"},
 		{"Config.ReconnectDelay", c.ReconnectDelay < 0, c.ReconnectDelay.String(), "must not be negative (0 means 1s)"},
@@ -146,8 +178,14 @@ func (c *Config) setDefaults() {
 	if c.DeliveryLimit == 0 {
 		c.DeliveryLimit = DefaultDeliveryLimit
 	}
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+		if c.Prefetch > 0 {
+			c.Window = min(DefaultWindow, c.Prefetch)
+		}
+	}
 	if c.Prefetch == 0 {
-		c.Prefetch = 10
+		c.Prefetch = max(DefaultPrefetch, c.Window)
 	}
 	if c.RequeueDelay == 0 {
 		c.RequeueDelay = 500 * time.Millisecond

@@ -48,7 +48,7 @@ func (c cutTarget) Connect(ctx context.Context, t testing.TB, topic string, prox
 	q.Set("heartbeat", strconv.Itoa(int(cutHeartbeat/time.Second)))
 	u.RawQuery = q.Encode()
 	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	a, err := amqp.New(ctx, amqp.Config{URL: u.String(), QueueType: c.qt, Logger: logger})
+	a, err := amqp.New(ctx, amqp.Config{URL: u.String(), QueueType: c.qt, Window: cutWindow, Prefetch: cutPrefetch, Logger: logger})
 	if err != nil {
 		return cutbattery.System{}, err
 	}
@@ -73,11 +73,15 @@ func (c cutTarget) Connect(ctx context.Context, t testing.TB, topic string, prox
 // bound scales with it.
 const cutHeartbeat = 2 * time.Second
 
-// amqpCutBound is the bound doc.go states under "Connection loss", for heartbeat and the
-// defaults of ReconnectDelay (1 s) and Prefetch (10).
+// The cut battery's Config.Window and Config.Prefetch: smaller than the defaults, so that the
+// bound, which grows with Prefetch, is tight enough for the battery to catch a breach.
+const cutWindow, cutPrefetch = 8, 16
+
+// amqpCutBound is the bound doc.go states under "Connection loss", for heartbeat, the default
+// ReconnectDelay (1 s) and cutPrefetch.
 func amqpCutBound(heartbeat time.Duration) cutbattery.Bound {
 	notice := 3 * heartbeat / 2 // amqp091's read deadline: three of its heartbeat intervals (heartbeat/2)
-	const dialTimeout, reconnectDelay, prefetch = 10 * time.Second, time.Second, 10
+	const dialTimeout, reconnectDelay, prefetch = 10 * time.Second, time.Second, cutPrefetch
 	return cutbattery.Bound{
 		// 2 s: the backlog that built up meanwhile is handled before the probe.
 		Resume: max(notice, dialTimeout) + reconnectDelay + 2*time.Second,

@@ -35,10 +35,33 @@
 // a new copy (and RabbitMQ 4.x ignores a client-set x-death). RetryAfter delays round up to the
 // next tier (beyond the longest: the longest).
 //
+// With tracing on (router.Config.Telemetry with a tracer: the delivery's metadata carries the
+// attempt's span context under millrace-attempt-traceparent), retries to T.retry take the copy
+// path too, since a rejected message keeps the headers it arrived with and the next attempt's
+// span could not link to this one. That is the cost of tracing on RabbitMQ: one confirmed
+// publish per retry instead of a reject (which also makes those retries at-least-once on classic
+// queues, see below). Without a tracer nothing is written and retries reject.
+//
 // At the cap (and for Malformed, and Discard when configured) the message is published to T.dlq
 // as mandatory with publisher confirms, then acked. If the broker nacks it or returns it as
 // unroutable, the original is not acked: it is requeued after Config.RequeueDelay. Any nack other
 // than a scheduled retry requeues.
+//
+// # Concurrency and acknowledgements
+//
+// A subscription hands the router up to Config.Window deliveries at once (default 32), whose
+// handlers Watermill's router runs in parallel, in no particular order; the broker sends up to
+// Config.Prefetch (default 256) ahead. Acks are coalesced: an ack waits up to 1 ms, or until 16
+// are waiting (Window/2, at most 64), or until nothing else is in flight, and the run of acked
+// deliveries at the front of the channel goes as one basic.ack with multiple=true. A multiple
+// ack never names a tag above one still in flight (handled, waiting for its requeue pause): it
+// would settle that one too, and lose it if it was to be retried or requeued. Acks above such a
+// delivery wait for it, and go one by one (multiple=false) once they would leave the broker less
+// than a Window of Prefetch, so one slow handler never stalls its subscription. Rejects (retries)
+// and requeues go one by one, at once. Retries and dead letters are published on up to four
+// confirm channels shared by the concurrent deliveries, each publish waiting for its own
+// confirm, so they are pipelined rather than taking turns. Window 1 and Prefetch 1 give one
+// delivery at a time in queue order.
 //
 // # Untrusted input
 //
@@ -165,27 +188,27 @@
 //
 // What holds when a consumer process is killed (SIGKILL) and restarted, on both queue types,
 // proven by the kill battery (conformance/killbattery, TestKillBattery: 20 kills on a mixed
-// workload). No message is lost and none stays pending: RabbitMQ returns every unacknowledged
-// delivery when the connection drops (the classic-queue retry loss above comes from a missing
-// retry queue, not from a crash). A kill repeats at most two handler calls per subscription:
-// a subscription hands the router one delivery at a time and sends its ack or reject before it
-// takes the next, so only the delivery in flight and the one settled just before it (its ack
-// not yet on the wire when the process died: measured once in CI, on a quorum queue) can have
-// been handled and not settled. Every delivery the process held, prefetched ones included (Config.Prefetch), comes
-// back flagged redelivered and costs an attempt (quorum: each return; classic: once per trip
-// through the work queue, see Attempt), so a message that kills interrupt often enough can be
-// dead-lettered as exhausted although its handler never failed. Since a classic queue counts
-// repeated returns once and a quorum queue forgets its returns at the next trip through a retry
-// tier, attempt numbers can repeat, and a message can get one handler call beyond MaxAttempts
-// per kill that interrupted it. A dead letter is confirmed before its original is acked: a kill
-// between the two gives the message a second dead letter, at most one per subscription per
-// kill (the redelivery of an exhausted message arrives past its last attempt and is
-// dead-lettered without a handler call; a malformed one is handled again).
+// workload, Window 8 and Prefetch 16). No message is lost and none stays pending: RabbitMQ
+// returns every unacknowledged delivery when the connection drops (the classic-queue retry loss
+// above comes from a missing retry queue, not from a crash). A kill repeats at most Prefetch
+// handler calls per subscription: the broker holds at most Prefetch deliveries of a subscription
+// unsettled, the Window in flight and those whose acks were still waiting to be coalesced or on
+// their way (measured: at most 9 per kill with Window 8). Every delivery the process held,
+// prefetched ones included, comes back flagged redelivered and costs an attempt (quorum: each
+// return; classic: once per trip through the work queue, see Attempt), so a message that kills
+// interrupt often enough can be dead-lettered as exhausted although its handler never failed.
+// Since a classic queue counts repeated returns once and a quorum queue forgets its returns at
+// the next trip through a retry tier, attempt numbers can repeat, and a message can get one
+// handler call beyond MaxAttempts per kill that interrupted it. A dead letter is confirmed
+// before its original is acked: a kill between the two gives the message a second dead letter,
+// at most Prefetch per subscription per kill (measured: 5 in 20 kills; the redelivery of an
+// exhausted message arrives past its last attempt and is dead-lettered without a handler call;
+// a malformed one is handled again).
 //
 // # Connection loss
 //
 // What a cut connection to the broker costs, as the cut battery (conformance/cutbattery,
-// TestCutBattery, both queue types) measures it: six cuts per run of both connections
+// TestCutBattery, both queue types, Window 8 and Prefetch 16) measures it: six cuts per run of both connections
 // (consuming and publishing), resets of 2 s and black holes of 4 s (connections that go
 // silent and stay so), landing on dead-letter publishes, retry rejections and acks.
 //
@@ -209,17 +232,19 @@
 //     (RabbitMQ: after about two heartbeats of silence).
 //   - Duplicates: while its connection is silent and not yet noticed, a subscription goes on
 //     handing out the deliveries it had prefetched, and their acks are lost: at most Prefetch
-//     handler calls per subscription per cut are repeated (measured: up to 6 per run of six
-//     cuts on classic queues, 2 on quorum queues).
+//     handler calls per subscription per cut are repeated (measured with Prefetch 16: 13 per
+//     run of six cuts on classic queues, 2 on quorum queues).
 //   - Attempts lost: every delivery the broker takes back counts an attempt, as after a crash
-//     (see Crashes): at most Prefetch per subscription per cut (measured: 27 per run).
+//     (see Crashes): at most Prefetch per subscription per cut (measured with Prefetch 16: 45
+//     per run).
 //
 // # Shutdown
 //
 // Watermill closes the subscriber as soon as the router starts closing. The subscription then
-// takes no new delivery but waits (at most Config.DrainTimeout) for the router to ack or nack the
-// message in flight, whose context is not cancelled, so a handler finishing within the router's
-// CloseTimeout is acked rather than redelivered. Closing the Adapter requeues it at once.
+// takes no new delivery (one it had not handed out yet goes back to the queue) but waits (at
+// most Config.DrainTimeout) for the router to ack or nack the messages in flight, whose
+// contexts are not cancelled, so a handler finishing within the router's CloseTimeout is acked
+// rather than redelivered. Closing the Adapter requeues them at once.
 //
 // The package's own subscriber replaces watermill-amqp's, whose Nack has one static requeue
 // flag; the Marshaler implements watermill-amqp's Marshaler interface and TopologyBuilder
@@ -233,7 +258,7 @@
 //
 //	brokerurl.OpenAdapter(ctx, "amqp://user:password@host:5672/vhost?queue_type=quorum", brokerurl.Options{})
 //
-// The query parameters queue_type (classic or quorum), delivery_limit, prefetch and dlq_suffix
+// The query parameters queue_type (classic or quorum), delivery_limit, window, prefetch and dlq_suffix
 // set the Config fields of the same meaning, with the default topology (an exchange named like
 // the topic bound with "#" to a work queue of the same name; other topologies need a Config);
 // amqp091's own URI parameters (heartbeat, connection_timeout, channel_max, certfile, keyfile,

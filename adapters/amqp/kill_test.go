@@ -19,7 +19,8 @@ import (
 
 // killTarget runs the kill battery on the test broker with one queue type. RabbitMQ returns a
 // killed consumer's unacknowledged messages as soon as its connection drops, so no timing needs
-// shortening but the requeue pause.
+// shortening but the requeue pause. The window and prefetch are smaller than the defaults, so
+// that the bound, which grows with them, is tight enough for the battery to catch a breach.
 type killTarget struct{ queueType amqp.QueueType }
 
 func (k killTarget) NewAdapter(ctx context.Context) (millrace.Adapter, error) {
@@ -27,6 +28,8 @@ func (k killTarget) NewAdapter(ctx context.Context) (millrace.Adapter, error) {
 		URL:          brokerURL(),
 		QueueType:    k.queueType,
 		RequeueDelay: 50 * time.Millisecond,
+		Window:       killWindow,
+		Prefetch:     killPrefetch,
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 }
@@ -87,13 +90,17 @@ func (killTarget) Cleanup(_ context.Context, a millrace.Adapter, _ string) error
 	return errors.Join(errs...)
 }
 
-// Bound is the package documentation's "# Crashes" section.
+// The kill battery's Config.Window and Config.Prefetch.
+const killWindow, killPrefetch = 8, 16
+
+// Bound is the package documentation's "# Crashes" section: the broker holds at most Prefetch
+// deliveries of a subscription unsettled, the Window in flight and the acks waiting to be
+// coalesced or caught on their way by the kill, so at most Prefetch calls are made again and
+// at most Prefetch dead letters lose the ack of their original.
 func (killTarget) Bound() killbattery.Bound {
 	return killbattery.Bound{
-		// The call in flight, and one that finished whose acknowledgement had not reached
-		// the broker (measured in CI: 2 in one kill of 20 on a quorum queue).
-		RepeatsPerKill:          2,
-		ExtraDeadLettersPerKill: 1,
+		RepeatsPerKill:          killPrefetch,
+		ExtraDeadLettersPerKill: killPrefetch,
 		CrashCostsAttempt:       true,
 		AttemptsIncrease:        false,
 	}

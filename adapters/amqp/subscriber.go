@@ -30,10 +30,11 @@ type subscriber struct {
 
 // Subscribe consumes the queue named topic. For a work topic it first declares the topology
 // that does not depend on a retry policy (Provision adds the retry tiers); for a dead-letter
-// topic (see DeadLetterTopic) it declares the DLQ. Messages are handed out one at a time; the
-// channel closes when ctx is done or Close is called, once the message in flight (if any) was
-// acked or nacked, at most Config.DrainTimeout later; when the adapter closes, a message in
-// flight goes back to its queue at once. Message contexts are not cancelled by either: the
+// topic (see DeadLetterTopic) it declares the DLQ. Up to Config.Window messages are handed out
+// at once (Watermill's router handles them in parallel); the channel closes when ctx is done or
+// Close is called, once the messages in flight (if any) were acked or nacked, at most
+// Config.DrainTimeout later; when the adapter closes, messages in flight go back to their
+// queue at once. Message contexts are not cancelled by either: the
 // router's CloseTimeout, not the subscriber, decides how long a running handler may finish.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	a := s.a
@@ -98,7 +99,7 @@ func (s *subscriber) consume(stop, msgCtx context.Context, topic string, out cha
 		if err != nil {
 			log.WarnContext(stop, "millrace amqp: cannot consume; retrying", slog.String("error", err.Error()))
 		} else {
-			s.handle(stop, msgCtx, topic, deliveries, out, log)
+			s.handle(stop, msgCtx, topic, ch, deliveries, out, log)
 			_ = ch.Close() // unacknowledged deliveries go back to the queue
 			if stop.Err() == nil {
 				log.WarnContext(stop, "millrace amqp: consumer channel closed; reopening")
@@ -128,86 +129,270 @@ func (s *subscriber) open(ctx context.Context, topic string) (*amqp091.Channel, 
 	return ch, deliveries, nil
 }
 
-// handle passes deliveries to out one at a time and settles each as the router decided. Once
-// stop ends it takes no new delivery, but waits for the router's decision on the one in flight.
-func (s *subscriber) handle(stop, msgCtx context.Context, topic string, deliveries <-chan amqp091.Delivery, out chan<- *message.Message, log *slog.Logger) {
-	for {
-		var d amqp091.Delivery
-		var ok bool
-		select {
-		case <-stop.Done():
-			return
-		case d, ok = <-deliveries:
-			if !ok {
-				return
-			}
+// ackDelay is the longest an ack waits for more to coalesce with (see handle).
+const ackDelay = time.Millisecond
+
+// inFlight is one delivery of a subscription's window.
+type inFlight struct {
+	d     amqp091.Delivery
+	msg   *message.Message
+	state *delivery
+	timer *time.Timer // the pending requeue, for a nack that was not a scheduled retry
+}
+
+// verdict is the router's ack (acked) or nack of a delivery handed out.
+type verdict struct {
+	f     *inFlight
+	acked bool
+}
+
+// handle hands deliveries to out, up to Config.Window not yet settled on the broker, and
+// settles each as the router decided: acks coalesced (see tagWindow), rejects and requeues one
+// by one. Once stop ends it takes no new delivery and gives back the one the router has not
+// taken, but waits for the router's decisions on those in flight (at most
+// Config.DrainTimeout, never past the adapter's Close).
+func (s *subscriber) handle(stop, msgCtx context.Context, topic string, ch *amqp091.Channel, deliveries <-chan amqp091.Delivery, out chan<- *message.Message, log *slog.Logger) {
+	cfg := &s.a.cfg
+	var win tagWindow
+	verdicts := make(chan verdict, cfg.Window)
+	requeues := make(chan *inFlight, cfg.Window)
+	done := make(chan struct{})
+	defer close(done)
+	var (
+		next       *inFlight // received, not yet taken by the router
+		handed     = map[uint64]*inFlight{}
+		waiting    = map[uint64]*inFlight{} // nacked, requeued after RequeueDelay
+		stopping   bool
+		drain      <-chan time.Time
+		drainTimer *time.Timer
+	)
+	defer func() {
+		if drainTimer != nil {
+			drainTimer.Stop()
 		}
-		at, trusted := decodeDelivery(topic, s.a.cfg.QueueType, d)
-		state := &delivery{attempt: at, trusted: trusted, raw: d}
-		// The queue-aware original key: the Marshaler alone does not know the queue.
-		msg := s.a.marshaler.unmarshal(d, at.OriginalKey)
-		// Not derived from stop: Watermill closes the subscriber as soon as the router starts
-		// closing, while the handler may still finish within the router's CloseTimeout.
-		mctx := context.WithValue(msgCtx, deliveryKey{}, state)
-		if check := s.a.cfg.CheckDelivery; check != nil {
-			if err := check(d); err != nil {
-				mctx = millrace.WithDecodeError(mctx, err)
-			}
+	}()
+	// An ack waits up to ackDelay for others to go with it in one multiple ack, at most
+	// ackBatch of them; it goes at once when nothing else is in flight.
+	ackBatch := max(1, min(64, cfg.Window/2))
+	// The broker sends no more than Prefetch unsettled deliveries. Acks held back above a
+	// delivery still in flight (see tagWindow) take that credit: once they would leave less
+	// than a Window of it, they go one by one, so a slow message never stalls the others.
+	creditLow := max(1, cfg.Prefetch-cfg.Window)
+	// ackTimer bounds how long an ack waits for others to go with: ackDelay after the first.
+	ackTimer := time.NewTimer(time.Hour)
+	ackTimer.Stop()
+	defer ackTimer.Stop()
+	var ackDue <-chan time.Time
+	flush := func(all bool) {
+		ackTimer.Stop()
+		ackDue = nil
+		upTo, n, singles := win.flush(all || win.len() >= creditLow)
+		if n > 0 {
+			settleTag(log, ch.Ack(upTo, n > 1), upTo)
 		}
-		msg.SetContext(mctx)
-		select {
-		case out <- msg:
-		case <-stop.Done():
-			settle(log, d.Nack(false, true), msg) // the router never took it
-			return
+		for _, tag := range singles {
+			settleTag(log, ch.Ack(tag, false), tag)
 		}
-		acked, decided := s.await(stop, msg)
-		switch {
-		case !decided:
+	}
+	requeue := func(f *inFlight) {
+		delete(waiting, f.d.DeliveryTag)
+		if f.timer != nil {
+			f.timer.Stop()
+		}
+		win.remove(f.d.DeliveryTag)
+		settle(log, ch.Nack(f.d.DeliveryTag, false, true), f.msg)
+	}
+	beginStop := func() {
+		stopping = true
+		if next != nil { // the router never took it
+			requeue(next)
+			next = nil
+		}
+		for _, f := range waiting { // the requeue pause ends early on shutdown
+			requeue(f)
+		}
+		drainTimer = time.NewTimer(cfg.DrainTimeout)
+		drain = drainTimer.C
+	}
+	finish := func() {
+		flush(true)
+		for _, f := range handed {
 			log.Warn("millrace amqp: no ack or nack for the message in flight at close; it goes back to the queue",
-				slog.String("message_uuid", msg.UUID))
-			settle(log, d.Nack(false, true), msg)
-			return
-		case acked:
-			settle(log, d.Ack(false), msg)
-		case state.reject.Load() && state.trusted:
-			settle(log, d.Reject(false), msg)
+				slog.String("message_uuid", f.msg.UUID))
+			requeue(f)
+		}
+	}
+	// maybeFlush sends the acks waiting when there are ackBatch of them, when credit runs low,
+	// or when nothing else is in flight; otherwise it makes sure they go within ackDelay.
+	maybeFlush := func() {
+		switch {
+		case win.acked >= ackBatch || win.len() >= creditLow || (len(handed) == 0 && next == nil):
+			flush(false)
+		case win.acked > 0 && ackDue == nil:
+			ackTimer.Reset(ackDelay)
+			ackDue = ackTimer.C
+		}
+	}
+	// onVerdict settles a delivery as the router decided: an ack waits in win for flush, a
+	// scheduled retry is rejected, any other nack requeued after RequeueDelay.
+	onVerdict := func(v verdict) {
+		f := v.f
+		delete(handed, f.d.DeliveryTag)
+		switch {
+		case v.acked:
+			win.markAcked(f.d.DeliveryTag)
+		case f.state.reject.Load() && f.state.trusted:
+			win.remove(f.d.DeliveryTag)
+			settle(log, ch.Reject(f.d.DeliveryTag, false), f.msg)
+		case stopping:
+			requeue(f)
 		default:
 			// Not a scheduled retry: put it back, after a pause so a failing dead-letter
 			// write or retry publish does not spin.
-			select {
-			case <-time.After(s.a.cfg.RequeueDelay):
-			case <-stop.Done():
-			}
-			settle(log, d.Nack(false, true), msg)
+			waiting[f.d.DeliveryTag] = f
+			f.timer = time.AfterFunc(cfg.RequeueDelay, func() {
+				select {
+				case requeues <- f:
+				case <-done:
+				}
+			})
 		}
-		if stop.Err() != nil {
+		maybeFlush()
+	}
+	onRequeue := func(f *inFlight) {
+		if waiting[f.d.DeliveryTag] == f {
+			requeue(f)
+			maybeFlush() // acks above the requeued tag may go now
+		}
+	}
+	onGive := func() {
+		f := next
+		next = nil
+		handed[f.d.DeliveryTag] = f
+		go awaitVerdict(f, verdicts, done)
+	}
+	for {
+		if stopping && len(handed) == 0 {
+			finish()
 			return
+		}
+		var in <-chan amqp091.Delivery
+		var give chan<- *message.Message
+		var giveMsg *message.Message
+		var stopC, closing <-chan struct{}
+		if stopping {
+			closing = s.a.closing
+		} else {
+			stopC = stop.Done()
+			switch {
+			case next != nil:
+				give, giveMsg = out, next.msg
+			case len(handed)+len(waiting) < cfg.Window:
+				in = deliveries
+			}
+		}
+		var d amqp091.Delivery
+		var ok, got bool
+		select {
+		case <-stopC:
+			beginStop()
+			continue
+		case <-drain:
+			finish()
+			return
+		case <-closing:
+			finish()
+			return
+		case d, ok = <-in:
+			got = true
+		case give <- giveMsg:
+			onGive()
+			continue
+		case v := <-verdicts:
+			onVerdict(v)
+			continue
+		case f := <-requeues:
+			onRequeue(f)
+			continue
+		default:
+			select {
+			case <-ackDue:
+				flush(false)
+				continue
+			case <-stopC:
+				beginStop()
+				continue
+			case <-drain:
+				finish()
+				return
+			case <-closing:
+				finish()
+				return
+			case d, ok = <-in:
+				got = true
+			case give <- giveMsg:
+				onGive()
+				continue
+			case v := <-verdicts:
+				onVerdict(v)
+				continue
+			case f := <-requeues:
+				onRequeue(f)
+				continue
+			}
+		}
+		if got {
+			if !ok {
+				return // the channel is gone: the broker requeues what it had not been told
+			}
+			win.add(d.DeliveryTag)
+			next = s.prepare(msgCtx, topic, d)
 		}
 	}
 }
 
-// await waits for the router to ack or nack msg. If stop ends first it keeps waiting, at most
-// Config.DrainTimeout and never past the adapter's Close; decided is false if it gave up.
-func (s *subscriber) await(stop context.Context, msg *message.Message) (acked, decided bool) {
-	select {
-	case <-msg.Acked():
-		return true, true
-	case <-msg.Nacked():
-		return false, true
-	case <-stop.Done():
+// prepare turns a delivery into the message handed to the router.
+func (s *subscriber) prepare(msgCtx context.Context, topic string, d amqp091.Delivery) *inFlight {
+	at, trusted := decodeDelivery(topic, s.a.cfg.QueueType, d)
+	state := &delivery{attempt: at, trusted: trusted, raw: d}
+	// The queue-aware original key: the Marshaler alone does not know the queue.
+	msg := s.a.marshaler.unmarshal(d, at.OriginalKey)
+	// Not derived from stop: Watermill closes the subscriber as soon as the router starts
+	// closing, while the handler may still finish within the router's CloseTimeout.
+	mctx := context.WithValue(msgCtx, deliveryKey{}, state)
+	if check := s.a.cfg.CheckDelivery; check != nil {
+		if err := check(d); err != nil {
+			mctx = millrace.WithDecodeError(mctx, err)
+		}
 	}
-	drain := time.NewTimer(s.a.cfg.DrainTimeout)
-	defer drain.Stop()
+	msg.SetContext(mctx)
+	return &inFlight{d: d, msg: msg, state: state}
+}
+
+// awaitVerdict waits for the router's ack or nack of f and passes it to the subscription,
+// unless the subscription ends first (done).
+func awaitVerdict(f *inFlight, verdicts chan<- verdict, done <-chan struct{}) {
+	var v verdict
 	select {
-	case <-msg.Acked():
-		return true, true
-	case <-msg.Nacked():
-		return false, true
-	case <-drain.C:
-	case <-s.a.closing:
+	case <-f.msg.Acked():
+		v = verdict{f: f, acked: true}
+	case <-f.msg.Nacked():
+		v = verdict{f: f}
+	case <-done:
+		return
 	}
-	return false, false
+	select {
+	case verdicts <- v:
+	case <-done:
+	}
+}
+
+// settleTag logs a failed ack of tag (and, for a multiple ack, of the tags below it).
+func settleTag(log *slog.Logger, err error, tag uint64) {
+	if err != nil {
+		log.Warn("millrace amqp: acknowledging deliveries failed; they will be redelivered",
+			slog.Uint64("delivery_tag", tag), slog.String("error", err.Error()))
+	}
 }
 
 // settle logs a failed ack, nack or reject. The message is then redelivered by the broker when

@@ -23,7 +23,7 @@ func init() { brokerurl.Register(urlDriver{}) }
 
 // urlDriver opens amqp:// and amqps:// URLs:
 //
-//	amqp://user:password@host:port/vhost[?queue_type=quorum&delivery_limit=20&prefetch=10
+//	amqp://user:password@host:port/vhost[?queue_type=quorum&delivery_limit=20&window=32&prefetch=256
 //	       &dlq_suffix=.dlq&management=http://host:15672][&amqp091's options: heartbeat,
 //	       connection_timeout, channel_max, certfile, keyfile, cacertfile,
 //	       server_name_indication, auth_mechanism]
@@ -85,6 +85,7 @@ func settingsFromURL(u *url.URL, opts brokerurl.Options) (urlSettings, error) {
 		cfg: Config{
 			QueueType:        QueueType(p.OneOf("queue_type", "", string(Classic), string(Quorum))),
 			DeliveryLimit:    p.Int("delivery_limit", 0),
+			Window:           p.Int("window", 0),
 			Prefetch:         p.Int("prefetch", 0),
 			DeadLetterSuffix: p.String("dlq_suffix", ""),
 			Logger:           opts.LoggerOrDiscard(),

@@ -38,11 +38,11 @@ func testAMQPURL(t *testing.T, q string) string {
 
 // Each millrace parameter reaches its Config field, and none is left in Config.URL.
 func TestURLParams(t *testing.T) {
-	cfg, err := configFromURL(mustURL(t, "amqp://u:pw@127.0.0.1:5672/vh?queue_type=Quorum&delivery_limit=30&prefetch=5&dlq_suffix=.dead"), brokerurl.Options{})
+	cfg, err := configFromURL(mustURL(t, "amqp://u:pw@127.0.0.1:5672/vh?queue_type=Quorum&delivery_limit=30&window=4&prefetch=5&dlq_suffix=.dead"), brokerurl.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.QueueType != Quorum || cfg.DeliveryLimit != 30 || cfg.Prefetch != 5 || cfg.DeadLetterSuffix != ".dead" || cfg.Logger == nil {
+	if cfg.QueueType != Quorum || cfg.DeliveryLimit != 30 || cfg.Window != 4 || cfg.Prefetch != 5 || cfg.DeadLetterSuffix != ".dead" || cfg.Logger == nil {
 		t.Errorf("config %+v", cfg)
 	}
 	if cfg.URL != "amqp://u:pw@127.0.0.1:5672/vh" {
@@ -84,7 +84,7 @@ func TestURLUnknownParameter(t *testing.T) {
 	if !errors.Is(err, brokerurl.ErrUnknownParameter) {
 		t.Fatalf("err = %v, want ErrUnknownParameter", err)
 	}
-	want := "amqp:// does not take foo (it takes delivery_limit, dlq_suffix, management, prefetch, queue_type; " +
+	want := "amqp:// does not take foo (it takes delivery_limit, dlq_suffix, management, prefetch, queue_type, window; " +
 		"and amqp091's auth_mechanism, cacertfile, certfile, channel_max, connection_timeout, heartbeat, keyfile, server_name_indication)"
 	if err.Error() != want {
 		t.Errorf("message\n%s\nwant\n%s", err, want)
