@@ -28,7 +28,6 @@ func TestOutOfOrderAckKeepsTheEarlierDeliveryUnsettled(t *testing.T) {
 		first := publishKey(t, a, topic, topic, "first")
 		publishKey(t, a, topic, topic, "second")
 		release := make(chan struct{})
-		t.Cleanup(func() { close(release) })
 		secondDone := make(chan struct{})
 		runRouter(t, a, topic, policy, func(_ context.Context, msg *message.Message, _ millrace.Attempt) error {
 			if string(msg.Payload) == "first" {
@@ -38,6 +37,7 @@ func TestOutOfOrderAckKeepsTheEarlierDeliveryUnsettled(t *testing.T) {
 			close(secondDone)
 			return nil
 		})
+		t.Cleanup(func() { close(release) }) // before the router's clean-up, which waits for the handler
 		select {
 		case <-secondDone:
 		case <-time.After(20 * time.Second):
@@ -47,6 +47,11 @@ func TestOutOfOrderAckKeepsTheEarlierDeliveryUnsettled(t *testing.T) {
 		if err := a.Close(); err != nil {
 			t.Fatal(err)
 		}
+		// A quorum queue applies the requeue through Raft after the channel closed: wait for it,
+		// then let anything else that was going to come back (the second, if its ack was lost)
+		// arrive before counting.
+		waitFor(t, 10*time.Second, "a message back in the work queue", func() bool { return queueDepth(t, topic) >= 1 })
+		time.Sleep(500 * time.Millisecond)
 		if n := queueDepth(t, topic); n != 1 {
 			t.Fatalf("work queue holds %d messages after the adapter closed with the first still running, want 1 (the first)", n)
 		}
