@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/millrace/millrace"
@@ -32,14 +33,16 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 	if req.Delay > t.delay {
 		a.warnBeyondTiers(source, req.Delay, t)
 	}
+	if fromSub && d.pipe.txn != nil {
+		// The copy's headers are built by the partition's transaction when it writes the copy
+		// (see retryCopy): not on this goroutine, whose stack would grow for them.
+		if err := d.pipe.stage(d.flight, newRetryCopy(msg, d, source, t, &req).record(t.topic)); err != nil {
+			return 0, fmt.Errorf("kafka: retry to %q: %w", t.topic, err)
+		}
+		return millrace.AckOriginal, nil
+	}
 	cp := a.retryRecord(ctx, msg, d, fromSub, source, t, req)
 	if fromSub {
-		if d.pipe.txn != nil {
-			if err := a.stage(d, t.topic, cp); err != nil {
-				return 0, fmt.Errorf("kafka: retry to %q: %w", t.topic, err)
-			}
-			return millrace.AckOriginal, nil
-		}
 		d.handled()
 	}
 	if err := a.publishRetry(source, t.topic, cp); err != nil {
@@ -71,17 +74,8 @@ func (a *Adapter) warnBeyondTiers(source string, requested time.Duration, t tier
 // ScheduleRetry so that its frame is gone before the publish runs: the whole retry path runs on
 // the message's goroutine, whose stack would otherwise grow, copying itself, once more.
 func (a *Adapter) retryRecord(ctx context.Context, msg *message.Message, d *delivery, fromSub bool, source string, t tier, req millrace.RetryRequest) *message.Message {
-	next := req.Attempt
-	next.Number = req.Attempt.NextDelivery() // the millrace-attempt header counts deliveries
-	next.LastError = req.Err.Error()
-	if next.FirstAttemptAt.IsZero() {
-		next.FirstAttemptAt = req.FailedAt
-	}
-	if next.OriginalTopic == "" {
-		next.OriginalTopic = source
-	}
-
 	if !fromSub {
+		next := nextAttempt(&req, source)
 		// Only marshalled, never acked: no need for NewMessage's channels.
 		cp := &message.Message{UUID: msg.UUID, Payload: msg.Payload, Metadata: make(message.Metadata, len(msg.Metadata)+retryHeaderRoom)}
 		for k, v := range msg.Metadata {
@@ -91,22 +85,77 @@ func (a *Adapter) retryRecord(ctx context.Context, msg *message.Message, d *deli
 		cp.SetContext(context.WithValue(ctx, recordKey{}, []byte(nil)))
 		return cp
 	}
-	// A consumed record's copy keeps the source record's headers exactly (order, repeated
-	// names, values), then millrace's retry state: see retryHeaders.
+	// No metadata: the marshaler writes the headers built here (recordHeaders), never metadata.
+	cp := &message.Message{UUID: msg.UUID, Payload: d.value}
+	ctx = context.WithValue(ctx, recordKey{}, d.Key)
+	cp.SetContext(context.WithValue(ctx, recordHeaders{}, newRetryCopy(msg, d, source, t, &req).headers()))
+	return cp
+}
+
+// nextAttempt is the attempt a retry copy carries: the next delivery's number, the failure's
+// error, the first attempt's time and the original topic.
+func nextAttempt(req *millrace.RetryRequest, source string) millrace.Attempt {
+	next := req.Attempt
+	next.Number = req.Attempt.NextDelivery() // the millrace-attempt header counts deliveries
+	next.LastError = req.Err.Error()
+	if next.FirstAttemptAt.IsZero() {
+		next.FirstAttemptAt = req.FailedAt
+	}
+	if next.OriginalTopic == "" {
+		next.OriginalTopic = source
+	}
+	return next
+}
+
+// retryCopy is what the retry copy of a consumed record is made of, taken from the failed
+// delivery when its retry is scheduled; headers builds the copy's headers from it. In
+// transactional mode the partition's transaction builds them (see fresh), just before it
+// writes the copy: building them on the message's goroutine, below the router's middleware,
+// grew its stack (a copy of the whole stack) for most failing records.
+type retryCopy struct {
+	d         *delivery // read only: its record's key, value, headers and position
+	uuid      string
+	next      millrace.Attempt
+	notBefore time.Time
+	traces    []string // the failed attempt's span-context metadata: name, value, name, ...
+}
+
+func newRetryCopy(msg *message.Message, d *delivery, source string, t tier, req *millrace.RetryRequest) *retryCopy {
+	c := &retryCopy{d: d, uuid: msg.UUID, next: nextAttempt(req, source), notBefore: req.FailedAt.Add(t.delay)}
+	// The failed attempt's span context (telemetry writes it into the metadata), so the next
+	// attempt's span links to it. It is millrace's own state, like the retry headers: a
+	// producer's header of that name on the source record stays among the original headers.
+	for k, v := range msg.Metadata {
+		if strings.HasPrefix(k, millrace.HeaderAttemptTracePrefix) {
+			c.traces = append(c.traces, k, v)
+		}
+	}
+	return c
+}
+
+// record returns the copy as a record for topic whose headers are built when it is written:
+// its Metadata is c until fresh replaces it with the headers.
+func (c *retryCopy) record(topic string) *sarama.ProducerMessage {
+	pm := &sarama.ProducerMessage{Topic: topic, Value: sarama.ByteEncoder(c.d.value), Metadata: c}
+	if c.d.Key != nil {
+		pm.Key = sarama.ByteEncoder(c.d.Key)
+	}
+	return pm
+}
+
+// headers returns the copy's headers: the source record's exactly (order, repeated names,
+// values), then millrace's retry state (see retryHeaders).
+func (c *retryCopy) headers() []sarama.RecordHeader {
+	d := c.d
 	// The state is only read into the copy's headers, so its map is reused.
 	state := retryStates.Get().(message.Metadata)
 	defer func() {
 		clear(state)
 		retryStates.Put(state)
 	}()
-	millrace.SetRetryHeaders(state, next, req.FailedAt.Add(t.delay))
-	// The failed attempt's span context (telemetry writes it into the metadata), so the next
-	// attempt's span links to it. It is millrace's own state, like the retry headers: a
-	// producer's header of that name on the source record stays among the original headers.
-	for k, v := range msg.Metadata {
-		if strings.HasPrefix(k, millrace.HeaderAttemptTracePrefix) {
-			state[k] = v
-		}
+	millrace.SetRetryHeaders(state, c.next, c.notBefore)
+	for i := 0; i+1 < len(c.traces); i += 2 {
+		state[c.traces[i]] = c.traces[i+1]
 	}
 	// The first retry records where the message came from (Spring's origin if a retry topic
 	// carries one, else this source record); later copies carry it on.
@@ -116,16 +165,12 @@ func (a *Adapter) retryRecord(ctx context.Context, msg *message.Message, d *deli
 			state[HeaderOriginalTimestamp] = ts
 		}
 	} else if !d.fromRetryTopic {
-		setOrigin(state, Origin{Topic: next.OriginalTopic, Partition: d.Partition, Offset: d.Offset})
+		setOrigin(state, Origin{Topic: c.next.OriginalTopic, Partition: d.Partition, Offset: d.Offset})
 		if !d.Timestamp.IsZero() {
 			state[HeaderOriginalTimestamp] = strconv.FormatInt(d.Timestamp.UnixMilli(), 10)
 		}
 	}
-	// No metadata: the marshaler writes the headers built here (recordHeaders), never metadata.
-	cp := &message.Message{UUID: msg.UUID, Payload: d.value}
-	ctx = context.WithValue(ctx, recordKey{}, d.Key)
-	cp.SetContext(context.WithValue(ctx, recordHeaders{}, retryHeaders(d, msg.UUID, state)))
-	return cp
+	return retryHeaders(d, c.uuid, state)
 }
 
 // DeadLetter publishes the dead letter of msg to the dead-letter topic of the subscription's

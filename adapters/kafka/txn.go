@@ -396,9 +396,13 @@ func (t *txnCommitter) committedOffset() (int64, error) {
 // fresh returns copies of records that carry only what the records were staged with. A sarama
 // ProducerMessage keeps its send state (retries made, sequence number, epoch), and sending one
 // again after its transaction failed would fail it at once as out of retries.
+// A retry copy's headers are built here, on the first write (see retryCopy).
 func fresh(records []*sarama.ProducerMessage) []*sarama.ProducerMessage {
 	out := make([]*sarama.ProducerMessage, len(records))
 	for i, r := range records {
+		if c, ok := r.Metadata.(*retryCopy); ok {
+			r.Headers, r.Metadata = c.headers(), nil
+		}
 		out[i] = &sarama.ProducerMessage{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp}
 	}
 	return out
