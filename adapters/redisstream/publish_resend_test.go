@@ -352,7 +352,22 @@ func TestAckerKeptCap(t *testing.T) {
 		}
 	}
 	waitUntil(t, "the cap's Error line", 10*time.Second, func() bool { return log.count("too many acknowledgements kept") > 0 })
-	waitUntil(t, "3 more refused XACKs", 10*time.Second, func() bool { return xacks.Load() >= 3 })
+	// m.Ack only closes a channel: the subscription records the ack for the acker a moment
+	// later. Once all 5 are recorded, a refused XACK after that has had all of them (the ones
+	// not dropped are sent with every flush), so the 2 kept and 3 dropped are settled; an ack
+	// recorded after the last refused XACK would go through with the kept ones.
+	waitUntil(t, "the 5 acks recorded", 10*time.Second, func() bool {
+		a.mu.RLock()
+		defer a.mu.RUnlock()
+		for s := range a.subs {
+			if s.inflight.Load() != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	base := xacks.Load()
+	waitUntil(t, "3 more refused XACKs", 10*time.Second, func() bool { return xacks.Load() >= max(base+2, 3) })
 	a.acks.mu.Lock()
 	kept := a.acks.n
 	a.acks.mu.Unlock()
