@@ -86,11 +86,11 @@ func longerRequests(timeout time.Duration) func(*awssqs.Options) {
 // to the transport as a plain reader (see readOnlyBody).
 func (g *callGuard) Do(req *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithTimeout(req.Context(), g.timeout)
-	req = req.WithContext(ctx)
-	if req.Body != nil && req.Body != http.NoBody {
-		req.Body = readOnlyBody{req.Body}
+	sent := req.WithContext(ctx)
+	if sent.Body != nil && sent.Body != http.NoBody {
+		sent.Body = readOnlyBody{sent.Body}
 	}
-	resp, err := g.base.Do(req)
+	resp, err := g.base.Do(sent)
 	if err != nil {
 		cancel()
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
