@@ -35,7 +35,9 @@ type PartitionBacklog struct {
 	Topic string
 	// Partition is the partition number.
 	Partition int32
-	// Lag is the high watermark minus the group's committed offset.
+	// Lag is what the partition holds past the group's committed offset: the high watermark
+	// minus that offset where offsets are records; Kafka's adapter counts records, since a
+	// transaction's marker takes an offset too (see its Backlog).
 	Lag int64
 }
 

@@ -105,12 +105,13 @@ func New(cfg Config) (*Adapter, error) {
 // retry topic record without it, such as Spring Kafka's, reads its own delivery's time).
 func (a *Adapter) Capabilities() millrace.Capabilities {
 	return millrace.Capabilities{
-		Broker:            BrokerName,
-		PerMessageDelay:   false,
-		MaxTiers:          a.cfg.MaxTiers,
-		MaxDelay:          a.cfg.MaxDelay,
-		CarriesLastError:  true,
-		KnowsFirstAttempt: true,
+		Broker:              BrokerName,
+		PerMessageDelay:     false,
+		MaxTiers:            a.cfg.MaxTiers,
+		MaxDelay:            a.cfg.MaxDelay,
+		CarriesLastError:    true,
+		KnowsFirstAttempt:   true,
+		CarriesAttemptTrace: true, // among millrace's retry headers on the copy (retry.go)
 	}
 }
 
