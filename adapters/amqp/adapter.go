@@ -79,6 +79,9 @@ func (a *Adapter) Capabilities() millrace.Capabilities {
 		MaxDelay:           MaxDelay,
 		DelayGranularity:   time.Millisecond,
 		KnowsFirstAttempt:  true,
+		// With tracing on, every retry is a confirmed copy carrying the attempt's span context
+		// (ScheduleRetry); without it there is no span context to carry.
+		CarriesAttemptTrace: true,
 	}
 	if a.cfg.QueueType == Quorum {
 		c.DeliveryLimit = a.cfg.DeliveryLimit
