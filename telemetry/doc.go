@@ -52,13 +52,16 @@
 // span with its attempt number, outcome and reason, linked to the call before it in that
 // delivery (HandlerInfo.ImmediateAttempts). Links between deliveries and the dead letter's
 // trace then name the delivery's span, the parent of its attempts' spans.
-// Each span writes its own context under AttemptTraceHeader, so that where a retry is a new
-// copy, the next attempt's span links to the attempt before (LinkedAttempt reads it): on the
-// memory adapter and on Kafka, whose retry copy carries it among millrace's retry headers.
-// RabbitMQ's first tier, Redis Streams, SQS and NATS deliver the original again, whose headers
-// cannot change between deliveries; there the attempts are siblings under the producer's span,
-// without links (the conformance test TraceContextSurvivesRetries logs the links it finds: 2
-// on memory and Kafka, 0 on the others).
+// Each span writes its own context under AttemptTraceHeader, and the next attempt's span links
+// to the attempt before (LinkedAttempt reads it) on every adapter that declares
+// millrace.Capabilities.CarriesAttemptTrace: memory and Kafka, whose retry is a new copy that
+// carries it; RabbitMQ, whose retry with tracing on is a confirmed copy (not a reject into the
+// first tier, which could not change the headers); Redis Streams, which keeps it in its retry
+// state beside the entry's due time and puts it back on the redelivered entry. SQS and NATS
+// deliver the original again, whose attributes or headers cannot change between deliveries:
+// there the attempts are siblings under the producer's span, without links. The conformance
+// test TraceContextSurvivesRetries requires the two links of its three attempts where the
+// adapter declares the capability.
 // Every dead letter millrace writes records the last attempt's span context, on every adapter,
 // in the record itself (deadletter.Record.Trace, key millrace-dlq-trace, a W3C traceparent
 // whatever the propagator): RecordTrace reads it, and `millrace dlq show` prints its trace and

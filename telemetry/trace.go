@@ -14,9 +14,10 @@ import (
 
 // AttemptTraceHeader prefixes the metadata keys that carry an attempt's span context
 // ("millrace-attempt-traceparent", "millrace-attempt-tracestate" with the W3C propagator). Outer
-// writes them on each delivery; an adapter whose retry is a new copy carries them on, so the
-// next attempt's span links to the attempt before: the memory adapter, and Kafka among its
-// retry headers (the other brokers deliver the original again). A dead letter records the last attempt's span context
+// writes them on each delivery; an adapter that declares millrace.Capabilities.CarriesAttemptTrace
+// brings them back with the next delivery, so the next attempt's span links to the attempt
+// before (memory, Kafka, RabbitMQ, Redis Streams; SQS and NATS deliver the original again,
+// unchanged). A dead letter records the last attempt's span context
 // in its record instead (deadletter.Record.Trace, read by RecordTrace), which survives on every
 // adapter. The producer's own trace context ("traceparent") is read, never rewritten: every
 // attempt is a child of the producer's span.
