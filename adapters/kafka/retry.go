@@ -211,7 +211,8 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 	return nil
 }
 
-// retryStates holds the maps retryRecord gathers a copy's retry state in.
+// retryStates holds the maps retryCopy.headers gathers a copy's retry state in (for a
+// direct publish and for a transaction's write alike).
 var retryStates = sync.Pool{New: func() any { return make(message.Metadata, retryHeaderRoom) }}
 
 // retryHeaderRoom is how many headers ScheduleRetry may add: millrace's retry headers

@@ -109,12 +109,21 @@ func TestRetryRecordHeadersAndAllocations(t *testing.T) {
 			}
 		}
 	}
+	if raceEnabled {
+		// The race detector's sync.Pool drops items at random, so the count varies (13 or
+		// 14 under -race); the headers above are checked either way.
+		t.Log("allocation bound not checked under -race")
+		return
+	}
 	allocs := testing.AllocsPerRun(200, func() {
 		_ = a.retryRecord(context.Background(), msg, d, true, d.source, tr, req)
 	})
 	t.Logf("retryRecord: %.0f allocations", allocs)
-	if allocs > 13 {
-		t.Fatalf("retryRecord allocates %.0f times, want at most 13", allocs)
+	// Measured: 13 allocations (since ffc8a2c; 24 before ed531d3). The bound leaves 2 of
+	// headroom so an unrelated change of a dependency does not fail it, while a return to
+	// the old cost (24) does.
+	if allocs > 15 {
+		t.Fatalf("retryRecord allocates %.0f times, want at most 15", allocs)
 	}
 }
 
