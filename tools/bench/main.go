@@ -42,6 +42,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -162,8 +163,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		logw = f
 	}
 
-	// An interrupt stops the running benchmark (the terminal sends it to go test too) and
-	// skips the rest; the table of what ran is printed all the same.
+	// An interrupt stops the running benchmark and skips the rest; the table of what ran is
+	// printed all the same. go test runs in a process group of its own (runEntry), and the
+	// interrupt goes to that whole group: the go command itself ignores SIGINT and forwards
+	// nothing to the test binary, so signalling it alone would let the benchmark run on.
 	var interrupted atomic.Bool
 	var current atomic.Pointer[os.Process]
 	sig := make(chan os.Signal, 1)
@@ -173,7 +176,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		for range sig {
 			interrupted.Store(true)
 			if p := current.Load(); p != nil {
-				_ = p.Signal(os.Interrupt)
+				_ = syscall.Kill(-p.Pid, syscall.SIGINT) // the group runEntry started
 			}
 		}
 	}()
@@ -225,13 +228,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bench:", err)
 		return 1
 	}
+	if interrupted.Load() {
+		return 130 // before the failed entries: the interrupted one reports FAILED
+	}
 	for _, r := range results {
 		if r.failed() {
 			return 1
 		}
-	}
-	if interrupted.Load() {
-		return 130
 	}
 	return 0
 }
@@ -254,6 +257,7 @@ func runEntry(e entry, m *mode, rounds int, logw io.Writer, current *atomic.Poin
 	args := goTestArgs(e, m, rounds)
 	fmt.Fprintf(logw, "\n=== bench %s: go %s\n", e.Name, strings.Join(quoteArgs(args), " "))
 	cmd := exec.Command("go", args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // see the interrupt handler in run
 	cmd.Env = os.Environ()
 	if os.Getenv("CI") == "" {
 		cmd.Env = append(cmd.Env, "CI=true")
