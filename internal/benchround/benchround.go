@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -124,7 +125,10 @@ func Line(bench, name, unit string, lo, med, hi float64, rounds int, target stri
 	if target == "" {
 		target = "-"
 	}
-	return fmt.Sprintf("%s%s\t%s\t%s\t%.4g\t%.4g\t%.4g\t%d\t%s", Prefix, bench, name, unit, lo, med, hi, rounds, target)
+	// Full precision: tools/bench judges targets on these numbers (0.49996 is not 0.5) and
+	// rounds only what it prints.
+	g := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+	return fmt.Sprintf("%s%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s", Prefix, bench, name, unit, g(lo), g(med), g(hi), rounds, target)
 }
 
 // metricUnit makes a ReportMetric unit of s: go test refuses units with white space.

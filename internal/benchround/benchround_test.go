@@ -64,3 +64,12 @@ func TestInterleaveTakesTurns(t *testing.T) {
 		t.Fatalf("ratio line %q", lines[2])
 	}
 }
+
+// TestLineKeepsFullPrecision: a figure just below a target is not printed as the target
+// (tools/bench judges the printed number).
+func TestLineKeepsFullPrecision(t *testing.T) {
+	got := Line("B", "a/b", "ratio", 0.49996, 0.5, 2.0004, 3, ">= 0.5")
+	if want := Prefix + "B\ta/b\tratio\t0.49996\t0.5\t2.0004\t3\t>= 0.5"; got != want {
+		t.Fatalf("Line = %q, want %q", got, want)
+	}
+}
