@@ -8,8 +8,9 @@ import (
 )
 
 // messageLogHandler adds what a line's context knows of the message being handled to every
-// line the handler's middleware logs: its attempt number ("attempt", unless the line gives
-// one) and the broker's native id ("native_id": the stream entry id, Kafka partition/offset,
+// line the handler's middleware logs: its attempt number ("attempt", unless the line's own
+// attributes give one; an "attempt" a logger was made With is not seen, and the line then
+// has two) and the broker's native id ("native_id": the stream entry id, Kafka partition/offset,
 // SQS message id, ...), read from the Attempt the attempt middleware put in the context. The
 // lines themselves carry message_uuid and, where they report an outcome, "outcome". It reads
 // the context only when a line is written, so a message that logs nothing costs nothing.
