@@ -2,6 +2,7 @@ package sqs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -55,6 +56,14 @@ func (a *Adapter) Backlog(ctx context.Context, topic string) (millrace.Backlog, 
 				return
 			}
 			out, err := a.client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(url), AttributeNames: names})
+			var missing *types.QueueDoesNotExist
+			if errors.As(err, &missing) {
+				// Deleted since its URL was cached: forget the URL, so that a queue created
+				// again under the name is found, and say it is missing.
+				a.urls.forget(a.QueueName(t))
+				done <- reading{err: fmt.Errorf("%w: %s (topic %q): %w", ErrQueueMissing, a.QueueName(t), t, err)}
+				return
+			}
 			if err != nil {
 				done <- reading{err: fmt.Errorf("millrace sqs: get attributes of queue %s: %w", a.QueueName(t), err)}
 				return

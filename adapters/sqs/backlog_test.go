@@ -9,6 +9,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/sqs"
@@ -114,5 +116,39 @@ func TestBacklogReportsAKnownState(t *testing.T) {
 	_ = other.Close()
 	if _, err := other.Backlog(ctx, topic); !errors.Is(err, millrace.ErrClosed) {
 		t.Fatalf("Backlog after Close: %v, want millrace.ErrClosed", err)
+	}
+}
+
+// TestBacklogOfADeletedQueue: a queue deleted after the adapter cached its URL is reported
+// missing (ErrQueueMissing), not as a bare SDK error, and a queue created again under the
+// name is read (the cached URL was dropped). Review finding: the error came back unwrapped.
+func TestBacklogOfADeletedQueue(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a := newAdapter(t, testConfig(t))
+	topic := uniqueTopic("backlog-deleted")
+	policy := millrace.RetryPolicy{MaxAttempts: 2, Backoff: millrace.Fixed(time.Second)}
+	if err := a.Provision(ctx, topic, policy); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Backlog(ctx, topic); err != nil {
+		t.Fatalf("Backlog of a provisioned topic: %v", err)
+	}
+	client := awssqs.NewFromConfig(awsConfig(), func(o *awssqs.Options) { o.BaseEndpoint = aws.String(endpoint(t)) })
+	url, err := client.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(a.QueueName(topic))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: url.QueueUrl}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Backlog(ctx, topic); !errors.Is(err, sqs.ErrQueueMissing) {
+		t.Fatalf("Backlog after the work queue was deleted: %v, want ErrQueueMissing", err)
+	}
+	if err := a.Provision(ctx, topic, policy); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Backlog(ctx, topic); err != nil {
+		t.Fatalf("Backlog after the queue was created again: %v", err)
 	}
 }

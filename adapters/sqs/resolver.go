@@ -64,6 +64,13 @@ func (r *resolver) lookup(ctx context.Context, name string) (string, bool, error
 	return url, true, nil
 }
 
+// forget drops the cached URL of the queue called name (found deleted).
+func (r *resolver) forget(name string) {
+	r.mu.Lock()
+	delete(r.cache, name)
+	r.mu.Unlock()
+}
+
 // url returns the URL of topic's queue, or an error wrapping ErrQueueMissing.
 func (r *resolver) url(ctx context.Context, topic string) (string, error) {
 	name := r.a.QueueName(topic)
