@@ -109,25 +109,39 @@ type partitionKey struct {
 }
 
 // backlogClient returns the client and admin Backlog reads with, connecting them on first use.
+// It connects without holding a.mu (a slow broker would stall every publish of a retry and
+// Close behind it) and installs the connection under it; of two that raced, one is kept.
 func (a *Adapter) backlogClient() (sarama.Client, sarama.ClusterAdmin, error) {
+	a.mu.Lock()
+	c, admin, closed := a.blClient, a.blAdmin, a.closed
+	a.mu.Unlock()
+	if closed {
+		return nil, nil, millrace.ErrClosed
+	}
+	if c != nil {
+		return c, admin, nil
+	}
+	c, err := sarama.NewClient(a.cfg.Brokers, a.sc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka: connect backlog client to %v: %w", a.cfg.Brokers, err)
+	}
+	admin, err = sarama.NewClusterAdminFromClient(c)
+	if err != nil {
+		_ = c.Close()
+		return nil, nil, fmt.Errorf("kafka: connect backlog client to %v: %w", a.cfg.Brokers, err)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
+		_ = admin.Close() // and its client
 		return nil, nil, millrace.ErrClosed
 	}
-	if a.blClient == nil {
-		c, err := sarama.NewClient(a.cfg.Brokers, a.sc)
-		if err != nil {
-			return nil, nil, fmt.Errorf("kafka: connect backlog client to %v: %w", a.cfg.Brokers, err)
-		}
-		admin, err := sarama.NewClusterAdminFromClient(c)
-		if err != nil {
-			_ = c.Close()
-			return nil, nil, fmt.Errorf("kafka: connect backlog client to %v: %w", a.cfg.Brokers, err)
-		}
-		a.blClient, a.blAdmin = c, admin
+	if a.blClient != nil { // another read connected first
+		_ = admin.Close()
+		return a.blClient, a.blAdmin, nil
 	}
-	return a.blClient, a.blAdmin, nil
+	a.blClient, a.blAdmin = c, admin
+	return c, admin, nil
 }
 
 // readBacklog reads topic's backlog (see Backlog), stopping at its next round trip once

@@ -171,21 +171,34 @@ func (a *Adapter) sizedProducer(limit int) (*producer, error) {
 	return np, nil
 }
 
-// clusterAdmin returns the adapter's admin client, connecting it on first use.
+// clusterAdmin returns the adapter's admin client, connecting it on first use. It connects
+// without holding a.mu (see backlogClient) and installs the connection under it.
 func (a *Adapter) clusterAdmin() (sarama.ClusterAdmin, error) {
+	a.mu.Lock()
+	admin, closed := a.admin, a.closed
+	a.mu.Unlock()
+	if closed {
+		return nil, millrace.ErrClosed
+	}
+	if admin != nil {
+		return admin, nil
+	}
+	admin, err := sarama.NewClusterAdmin(a.cfg.Brokers, a.sc)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: connect admin to %v: %w", a.cfg.Brokers, err)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
+		_ = admin.Close()
 		return nil, millrace.ErrClosed
 	}
-	if a.admin == nil {
-		admin, err := sarama.NewClusterAdmin(a.cfg.Brokers, a.sc)
-		if err != nil {
-			return nil, fmt.Errorf("kafka: connect admin to %v: %w", a.cfg.Brokers, err)
-		}
-		a.admin = admin
+	if a.admin != nil { // a concurrent Provision connected one first
+		_ = admin.Close()
+		return a.admin, nil
 	}
-	return a.admin, nil
+	a.admin = admin
+	return admin, nil
 }
 
 // ensureSource creates topic with Config.Partitions if it is missing and returns its partition
