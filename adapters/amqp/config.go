@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"log/slog"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -9,6 +10,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/brokerurl"
 )
 
 // DefaultURL is the broker Config.URL defaults to: a local RabbitMQ with the guest account.
@@ -107,6 +109,14 @@ type Config struct {
 	// makes the delivery Malformed: it is dead-lettered with its bytes intact and the handler
 	// is not called. Use it for a body schema the handler cannot cope with. Default: none.
 	CheckDelivery func(amqp091.Delivery) error
+	// ManagementURL is RabbitMQ's management API (the rabbitmq_management plugin), such as
+	// http://127.0.0.1:15672, from which Backlog reads the work queue's unacknowledged
+	// messages (Backlog.InFlight), which AMQP 0-9-1 does not report. The credentials are the
+	// URL's own (http://user:password@host:15672), else Config.URL's; the user needs the
+	// management, monitoring or administrator tag. The API's counts lag by up to its
+	// statistics interval (collect_statistics_interval, 5 s by default). Default "": no
+	// management API, InFlight is millrace.Unknown.
+	ManagementURL string
 	// Logger receives connection and subscription events. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -116,6 +126,13 @@ func (c Config) Validate() error {
 	if c.URL != "" {
 		if _, err := amqp091.ParseURI(c.URL); err != nil {
 			return &millrace.ConfigError{Field: "Config.URL", Value: redact(c.URL), Rule: "must be an amqp:// or amqps:// URI (" + err.Error() + ")"}
+		}
+	}
+	if c.ManagementURL != "" {
+		u, err := url.Parse(c.ManagementURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.RawQuery != "" || u.Fragment != "" {
+			return &millrace.ConfigError{Field: "Config.ManagementURL", Value: brokerurl.Redact(c.ManagementURL),
+				Rule: `must be the management API's http:// or https:// URL with a host and no query, such as http://127.0.0.1:15672 ("" for none)`}
 		}
 	}
 	switch c.QueueType {

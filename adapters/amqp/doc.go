@@ -252,6 +252,17 @@
 //
 // Tests use the broker at MILLRACE_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/).
 //
+// # Backlog
+//
+// Adapter.Backlog (millrace.BacklogReporter, the router's backlog gauges) reads a topic's
+// queues with passive declares: Waiting is the work queue's ready messages, RetriesWaiting the
+// retry tiers', DeadLetters the DLQ's, all current. AMQP 0-9-1 does not count the messages
+// delivered and not yet acked, so InFlight is millrace.Unknown unless Config.ManagementURL
+// names RabbitMQ's management API (an adapter opened by URL with management=... sets it): then
+// it is the work queue's messages_unacknowledged (prefetched deliveries included), which lags
+// by up to the API's statistics interval (5 s by default). A failing API leaves InFlight
+// Unknown and the other counts reported, and is logged at most once a minute per topic.
+//
 // # Opening by URL, dead-letter store, plan
 //
 // Importing the package registers amqp:// and amqps:// with brokerurl's default Mux:

@@ -32,6 +32,7 @@ func init() { brokerurl.Register(urlDriver{}) }
 // work queue of the same name); programs with other topologies build a Config. management is
 // the RabbitMQ management API, which lists the dead-letter queues (AMQP 0-9-1 cannot); default
 // http://<host>:15672 (https://<host>:15671 for amqps://), with the AMQP URL's credentials.
+// Given explicitly it also sets Config.ManagementURL, so the adapter's Backlog reports InFlight.
 type urlDriver struct{}
 
 var (
@@ -135,6 +136,7 @@ func settingsFromURL(u *url.URL, opts brokerurl.Options) (urlSettings, error) {
 		return urlSettings{}, err
 	}
 	s.management = m
+	s.cfg.ManagementURL = mgmt // given explicitly, Backlog reads InFlight from it too
 	return s, nil
 }
 
