@@ -20,44 +20,53 @@ var _ millrace.BacklogReporter = (*Adapter)(nil)
 // a read still running then stops at its next round trip.
 const BacklogReadTimeout = 30 * time.Second
 
-// Bounds of the record counting of Backlog: per partition and read, at most backlogFetches
-// fetches of backlogFetchBytes each (about 1 MiB).
+// Bounds of the dead-letter counting of Backlog: per dead-letter partition and read, at most
+// backlogFetches fetches of backlogFetchBytes each (about 1 MiB; a first record batch larger
+// than that comes whole, so a fetch returns at most the larger of backlogFetchBytes and the
+// topic's max.message.bytes).
 const (
 	backlogFetches    = 4
 	backlogFetchBytes = 256 << 10
 )
 
-// Backlog reports the consumption of topic by Config.ConsumerGroup. Kafka counts offsets, not
-// records, and every transaction (the adapter writes its retries and dead letters in
-// transactions unless Config.AtLeastOnce) ends with a marker that takes an offset and that no
-// consumer receives, so Backlog counts records: it reads each range of offsets below (up to
-// about 1 MiB per partition and read, read_committed: a record of an aborted transaction does
-// not count), and counts each offset past that, or past a transaction still open, as one
-// record (an upper bound). The counts are exact while what a partition holds past the group's
-// offset fits in that budget.
+// Backlog reports the consumption of topic by Config.ConsumerGroup.
+//
+// Lags are offset lags, as kafka-consumer-groups and Burrow report them: a partition's high
+// watermark minus the group's committed offset. Reading them costs one round trip per kind
+// (metadata, the group's offsets, the watermarks per leader), whatever the group lags by; no
+// record is read. Kafka counts offsets, not records, and every transaction ends with a marker
+// that takes an offset and that no consumer receives (the adapter writes its retries and dead
+// letters in transactions unless Config.AtLeastOnce, one marker per partition and transaction;
+// so does any transactional producer), and a record of an aborted transaction takes an offset
+// too: an offset lag is an upper bound of the records left to consume. A partition whose
+// consumed records are followed by a marker lags by 1 (a retry topic, once the group consumed
+// a transaction's retries, lags by its marker until the next is consumed).
 //
 //   - Partitions: per partition of topic and of each retry topic Provision created for it on
-//     this adapter, the records past the group's committed offset (its lag). A partition
-//     where the group committed nothing (or below the partition's first retained offset)
-//     counts from where a member would start (the Sarama Consumer.Offsets.Initial the adapter
-//     sets: OffsetOldest, the first retained record).
+//     this adapter, its offset lag. A partition where the group committed nothing (or below
+//     the partition's first retained offset) lags from where a member would start (the Sarama
+//     Consumer.Offsets.Initial the adapter sets: OffsetOldest, the first retained offset).
 //   - Waiting: the source topic's partitions' lag summed. A record's offset is committed once
 //     it is acknowledged, so this includes the records members fetched and hold unsettled.
 //   - InFlight: Unknown. Kafka keeps no count of what members hold: those records are part of
 //     Waiting (or RetriesWaiting, on a retry topic).
 //   - RetriesWaiting: the retry topics' lag summed: retries whose delay runs, or due and not
-//     yet acknowledged. Unknown for a topic this adapter has not provisioned (its retry topics
-//     depend on a policy it does not know); 0 for a policy of one attempt.
-//   - DeadLetters: the records of the dead-letter topic (topic + ".dlq") between each
-//     partition's first retained offset and its end, read or not. The count is kept from read
-//     to read, so each read counts only the dead letters written since (its first read of a
-//     large dead-letter topic counts about 1 MiB per partition and the rest as offsets, and
-//     the next reads go on from there); it starts over when retention removes records.
+//     yet acknowledged (and their transaction markers). Unknown for a topic this adapter has
+//     not provisioned (its retry topics depend on a policy it does not know); 0 for a policy
+//     of one attempt.
+//   - DeadLetters: records, not offsets: the dead letters of the dead-letter topic (topic +
+//     ".dlq") between each partition's first retained offset and its end, read or not
+//     (read_committed: markers and aborted records do not count). The count is kept from read
+//     to read, so each read fetches only the dead letters written since the last; a read
+//     fetches at most backlogFetches fetches of backlogFetchBytes (about 1 MiB) per partition
+//     and counts the offsets past that as records (an upper bound), and the next reads go on
+//     from there. The count starts over when retention removes records.
 //
 // Sums saturate at math.MaxInt64. A topic or dead-letter topic that does not exist is an
 // error. Backlog returns within ctx: the read runs apart, one at a time per topic (a call that
 // finds one running waits for that one's result), bounded by BacklogReadTimeout; when ctx ends
-// first Backlog returns ctx's error and the read finishes on its own.
+// first Backlog returns ctx's error and the read finishes on its own (what it counted of the
+// dead letters is kept).
 func (a *Adapter) Backlog(ctx context.Context, topic string) (millrace.Backlog, error) {
 	if err := ctx.Err(); err != nil {
 		return millrace.Backlog{}, fmt.Errorf("kafka: backlog of %q: %w", topic, err)
@@ -226,10 +235,7 @@ func (a *Adapter) readBacklogOnce(ctx context.Context, topic string) (millrace.B
 			if c, ok := committedOffset(committed, t, p); ok && c >= lo {
 				from = min(c, hi) // below lo, a member starts from Initial too
 			}
-			n, _, err := a.countRecords(ctx, client, t, p, from, hi)
-			if err != nil {
-				return millrace.Backlog{}, err
-			}
+			n := hi - from // the offset lag (watermarks: hi >= lo)
 			b.Partitions = append(b.Partitions, millrace.PartitionBacklog{Topic: t, Partition: p, Lag: n})
 			if i == 0 {
 				b.Waiting = addSat(b.Waiting, n)
@@ -248,9 +254,9 @@ func (a *Adapter) readBacklogOnce(ctx context.Context, topic string) (millrace.B
 	return b, nil
 }
 
-// countRecords counts the records in [from, end) of a partition (see Backlog): exactly as far
-// as the fetch budget goes, the offsets past that as records. next is how far it counted
-// exactly.
+// countRecords counts the records in [from, end) of a partition (see Backlog's DeadLetters):
+// exactly as far as the fetch budget goes, the offsets past that as records. next is how far
+// it counted exactly.
 func (a *Adapter) countRecords(ctx context.Context, client sarama.Client, topic string, p int32, from, end int64) (n, next int64, err error) {
 	if from >= end {
 		return 0, from, nil
