@@ -39,8 +39,35 @@ func (a *Adapter) traceKey(stream string) string {
 	return "millrace:retrytrace:" + strings.TrimPrefix(a.retryKey(stream), "millrace:retry:")
 }
 
+// The keys the W3C trace-context propagator writes come first in a stored value, in this
+// order, so that a producer's own millrace-attempt-* keys (which may sort before them) never
+// push them past traceMaxKeys and lose the link.
+const (
+	traceparentKey = millrace.HeaderAttemptTracePrefix + "traceparent"
+	tracestateKey  = millrace.HeaderAttemptTracePrefix + "tracestate"
+)
+
+// traceKeyRank orders the keys of a stored value: traceparentKey, tracestateKey, then the
+// others by key.
+func traceKeyRank(k string) int {
+	switch k {
+	case traceparentKey:
+		return 0
+	case tracestateKey:
+		return 1
+	}
+	return 2
+}
+
+// traceKeyLess reports whether key a comes before key b in a stored value.
+func traceKeyLess(a, b string) bool {
+	ra, rb := traceKeyRank(a), traceKeyRank(b)
+	return ra < rb || ra == rb && a < b
+}
+
 // encodeTrace returns the metadata values under millrace.HeaderAttemptTracePrefix that may be
-// stored, as lines "key=value\n" sorted by key; "" when there are none.
+// stored, as lines "key=value\n": traceparentKey and tracestateKey first, then the others
+// sorted by key, at most traceMaxKeys; "" when there are none.
 func encodeTrace(md message.Metadata) string {
 	var keys []string
 	for k, v := range md {
@@ -51,7 +78,15 @@ func encodeTrace(md message.Metadata) string {
 	if len(keys) == 0 {
 		return ""
 	}
-	slices.Sort(keys)
+	slices.SortFunc(keys, func(a, b string) int {
+		if traceKeyLess(a, b) {
+			return -1
+		}
+		if traceKeyLess(b, a) {
+			return 1
+		}
+		return 0
+	})
 	keys = keys[:min(len(keys), traceMaxKeys)]
 	var b strings.Builder
 	for _, k := range keys {
@@ -81,7 +116,7 @@ func applyTrace(md message.Metadata, stored string) bool {
 	for i, line := range lines {
 		k, v, ok := strings.Cut(line, "=")
 		if !ok || !strings.HasPrefix(k, millrace.HeaderAttemptTracePrefix) || !validTraceKey(k) || !validTraceValue(v) ||
-			i > 0 && k <= pairs[i-1].k {
+			i > 0 && !traceKeyLess(pairs[i-1].k, k) {
 			return false
 		}
 		pairs = append(pairs, kv{k, v})

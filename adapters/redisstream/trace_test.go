@@ -14,11 +14,6 @@ import (
 	"github.com/millrace/millrace"
 )
 
-const (
-	traceparentKey = millrace.HeaderAttemptTracePrefix + "traceparent"
-	tracestateKey  = millrace.HeaderAttemptTracePrefix + "tracestate"
-)
-
 // TestTraceEncoding: only bounded, well-formed millrace-attempt-* values are stored, and a
 // stored value that is not exactly what encodeTrace writes is dropped whole.
 func TestTraceEncoding(t *testing.T) {
@@ -56,6 +51,37 @@ func TestTraceEncoding(t *testing.T) {
 		if applyTrace(md, forged) || len(md) != 0 {
 			t.Errorf("applyTrace(%.80q) accepted: %v", forged, md)
 		}
+	}
+}
+
+// TestTraceKeepsTheW3CKeysFirst: a producer's own millrace-attempt-* keys that sort before
+// traceparent (here 4 of them, traceMaxKeys) do not push the propagator's keys out of the
+// bounded stored value; they fill what is left of it, in key order.
+func TestTraceKeepsTheW3CKeysFirst(t *testing.T) {
+	md := message.Metadata{
+		traceparentKey: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		tracestateKey:  "vendor=a",
+	}
+	for _, s := range []string{"a", "b", "c", "d"} {
+		md[millrace.HeaderAttemptTracePrefix+s] = "own-" + s
+	}
+	enc := encodeTrace(md)
+	want := traceparentKey + "=" + md[traceparentKey] + "\n" + tracestateKey + "=vendor=a\n" +
+		millrace.HeaderAttemptTracePrefix + "a=own-a\n" + millrace.HeaderAttemptTracePrefix + "b=own-b\n"
+	if enc != want {
+		t.Fatalf("encodeTrace = %q, want %q", enc, want)
+	}
+	got := message.Metadata{}
+	if !applyTrace(got, enc) || len(got) != 4 || got[traceparentKey] != md[traceparentKey] || got[tracestateKey] != "vendor=a" {
+		t.Fatalf("applyTrace(%q) = %v", enc, got)
+	}
+	delete(md, tracestateKey)
+	if enc := encodeTrace(md); !strings.HasPrefix(enc, traceparentKey+"=") || strings.Count(enc, "\n") != traceMaxKeys {
+		t.Fatalf("without tracestate: encodeTrace = %q, want traceparent first and %d keys", enc, traceMaxKeys)
+	}
+	// A stored value in plain key order is not what encodeTrace writes.
+	if forged := millrace.HeaderAttemptTracePrefix + "a=x\n" + traceparentKey + "=y\n"; applyTrace(message.Metadata{}, forged) {
+		t.Errorf("applyTrace(%q) accepted a value out of order", forged)
 	}
 }
 
