@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -107,5 +108,89 @@ func TestConnectingHoldsNoLock(t *testing.T) {
 			}
 			hole.release()
 		})
+	}
+}
+
+// TestBacklogCtxEndsMidRead: a Backlog whose ctx ends while its read waits on a broker that
+// does not answer returns ctx's error without waiting for the read (sarama waits
+// Net.ReadTimeout, 30 s); a second call meanwhile joins that read instead of starting one
+// (no new connection) and, with a ctx that outlasts it, gets that read's result, the very
+// error the first caller's read ended with; once the broker lets go the read's goroutines
+// exit (the goroutine count settles back to what it was before).
+func TestBacklogCtxEndsMidRead(t *testing.T) {
+	a := internalAdapter(t)
+	before := runtime.NumGoroutine() // the hole's goroutine exits when it is released
+	hole := newBlackHole(t)
+	a.cfg.Brokers = []string{hole.addr} // before any goroutine reads it
+
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() {
+		_, err := a.Backlog(ctx, "t")
+		first <- err
+	}()
+	select {
+	case <-hole.accepted:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no connection to the silent broker")
+	}
+	cancel()
+	select {
+	case err := <-first:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Backlog whose ctx ended mid-read: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Backlog did not return when its ctx ended mid-read")
+	}
+
+	// The read goes on: a call with a short ctx waits on it and dials nothing.
+	short, cancelShort := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancelShort()
+	if _, err := a.Backlog(short, "t"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Backlog joining a read that cannot finish: %v, want context.DeadlineExceeded", err)
+	}
+	a.mu.Lock()
+	r := a.backlogReads["t"]
+	a.mu.Unlock()
+	if r == nil {
+		t.Fatal("no read in flight after its caller left")
+	}
+	if n := len(hole.accepted); n != 0 {
+		t.Fatalf("a joining call connected again (%d more connections)", n)
+	}
+	joined := make(chan error, 1)
+	go func() {
+		_, err := a.Backlog(context.Background(), "t")
+		joined <- err
+	}()
+	// The joining call is waiting once it stops running; give it time to reach the read.
+	time.Sleep(time.Second)
+	hole.release()
+	var err error
+	select {
+	case err = <-joined:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the joining call did not get the read's result")
+	}
+	<-r.done
+	if err == nil || err != r.err { //nolint:errorlint // the very error of that read
+		t.Fatalf("joining call: %v, want the in-flight read's result %v", err, r.err)
+	}
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		a.mu.Lock()
+		reads := len(a.backlogReads)
+		a.mu.Unlock()
+		n := runtime.NumGoroutine()
+		if reads == 0 && n <= before {
+			break
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d reads in flight, %d goroutines (before the read: %d):\n%s", reads, n, before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

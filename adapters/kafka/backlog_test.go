@@ -270,3 +270,90 @@ func TestConsumerGroupNamesTheConfiguredGroup(t *testing.T) {
 		}
 	}
 }
+
+// TestBacklogDeadLettersCarried: the dead-letter count is kept from read to read. 20
+// dead letters of 100 KiB, each in a transaction of its own (40 offsets, 2 MB), are more
+// than one read fetches (4 x 256 KiB per partition): the first read counts the offsets past
+// what it fetched as records (more than 20) and the next ones go on from there to exactly 20
+// (a read that started over each time would never get there). 3 more dead letters: 23. Once
+// records are deleted below the count's start (as retention does), the count starts over from
+// the first retained offset: 18 of the 23 remain.
+func TestBacklogDeadLettersCarried(t *testing.T) {
+	t.Parallel()
+	a := newAdapter(t, "", func(c *kafka.Config) { c.Partitions = 1 })
+	topic := uniqueName("backlog-dlq")
+	if err := a.Provision(context.Background(), topic, millrace.RetryPolicy{MaxAttempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	dlq := a.DeadLetterTopic(topic)
+	pc := sarama.NewConfig()
+	pc.Version = sarama.V2_8_0_0
+	pc.Producer.Idempotent = true
+	pc.Producer.RequiredAcks = sarama.WaitForAll
+	pc.Producer.Return.Successes = true
+	pc.Net.MaxOpenRequests = 1
+	pc.Producer.Transaction.ID = dlq + ".test-txn"
+	pc.Producer.MaxMessageBytes = 1 << 20
+	prod, err := sarama.NewSyncProducer(brokers(t), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	write := func(n, size int) {
+		t.Helper()
+		for range n {
+			if err := prod.BeginTxn(); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := prod.SendMessage(&sarama.ProducerMessage{Topic: dlq, Value: sarama.ByteEncoder(make([]byte, size))}); err != nil {
+				t.Fatal(err)
+			}
+			if err := prod.CommitTxn(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// converge reads until the count is want, each read at most the one before.
+	converge := func(what string, want int64, reads int) {
+		t.Helper()
+		var counts []int64
+		for range reads {
+			n := readBacklog(t, a, topic).DeadLetters
+			if len(counts) > 0 && n > counts[len(counts)-1] || n < want {
+				t.Fatalf("%s: dead letters read %v then %d, want at least %d, each read at most the last", what, counts, n, want)
+			}
+			counts = append(counts, n)
+			if n == want {
+				break
+			}
+		}
+		t.Logf("%s: dead letters read %v", what, counts)
+		if counts[len(counts)-1] != want {
+			t.Fatalf("%s: dead letters read %v, want %d within %d reads", what, counts, want, reads)
+		}
+		if n := readBacklog(t, a, topic).DeadLetters; n != want {
+			t.Fatalf("%s: dead letters read %d after %d, want %d", what, n, want, want)
+		}
+	}
+
+	write(20, 100<<10)
+	lo, hi := endOffsets(t, dlq, 0)
+	if lo != 0 || hi != 40 {
+		t.Fatalf("dead-letter topic offsets [%d, %d), want [0, 40): a record and a marker per transaction", lo, hi)
+	}
+	first := readBacklog(t, a, topic).DeadLetters
+	t.Logf("first read of 20 dead letters (40 offsets): %d", first)
+	if first <= 20 || first > 40 {
+		t.Fatalf("first read of 2 MB of dead letters: %d, want more than 20 (it fetches about 1 MiB and counts the offsets past that) and at most 40", first)
+	}
+	converge("20 dead letters", 20, 5)
+
+	write(3, 10)
+	converge("3 more", 23, 1)
+
+	ca := admin(t)
+	if err := ca.DeleteRecords(dlq, map[int32]int64{0: 10}); err != nil {
+		t.Fatalf("delete the first 5 dead letters: %v", err)
+	}
+	converge("5 deleted", 18, 5)
+}
