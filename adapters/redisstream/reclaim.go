@@ -54,6 +54,9 @@ func (s *subscription) claimDue(free int) int {
 	var traces map[string]string // the failed attempts' span contexts, by entry ID
 	for i := 0; i+1 < len(pairs); i += 2 {
 		ids = append(ids, pairs[i])
+		if len(pairs[i+1]) > traceMaxEncoded { // takeDueScript returns none; never keep one
+			pairs[i+1] = traceOversized
+		}
 		if pairs[i+1] != "" {
 			if traces == nil {
 				traces = map[string]string{}
@@ -119,14 +122,14 @@ func (s *subscription) countOf(id string) (count int64, ok bool) {
 // putBack makes claimed entries whose delivery count could not be read due at once on the
 // retry schedule, so the next reclaim tick claims them again (counting one more delivery, so
 // the interruption can cost an attempt but never grant an extra one), with the span contexts
-// they came with (traces, by ID). If that write fails too, they stay pending and the recovery
+// they came with (traces, by ID; only values storableTrace accepts). If that write fails too, they stay pending and the recovery
 // pass finds them after their threshold.
 func (s *subscription) putBack(ids []string, traces map[string]string) {
 	due := make([]redis.Z, len(ids))
 	var kept []any
 	for i, id := range ids {
 		due[i] = redis.Z{Score: 1, Member: id} // due at once; never 0 (read as "not scheduled")
-		if t := traces[id]; t != "" {
+		if t := traces[id]; storableTrace(t) {
 			kept = append(kept, id, t)
 		}
 	}

@@ -3,9 +3,11 @@ package redisstream
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/millrace/millrace/adapters/redisstream/wire"
@@ -74,5 +76,71 @@ func TestTakeDueClaimsAtomically(t *testing.T) {
 	p, err := c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: a.cfg.Group, Start: id, End: id, Count: 1}).Result()
 	if err != nil || len(p) != 1 || p[0].Consumer != "taker" || p[0].RetryCount != 1 {
 		t.Fatalf("after takeDue: %+v %v, want owned by taker with its count unchanged (1)", p, err)
+	}
+}
+
+// TestTakeDueBoundsAForgedTrace: a stored trace value longer than traceMaxEncoded (written by
+// something other than the adapter; here 1 MB) is not returned by takeDue: the reply holds the
+// marker applyTrace rejects, the field is gone, and a valid value next to it comes back whole.
+// putBack does not write an oversized value back either.
+func TestTakeDueBoundsAForgedTrace(t *testing.T) {
+	t.Parallel()
+	c := testClient(t)
+	a := newTestAdapter(t, testConfig())
+	stream := uniqueStream(t)
+	ctx := context.Background()
+	if err := a.ensureGroup(ctx, stream); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Del(context.Background(), stream, a.retryKey(stream), a.traceKey(stream)) })
+	var ids []string
+	for range 2 {
+		id, err := c.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"k": "v"}}).Result()
+		if err != nil {
+			t.Fatalf("XADD: %v", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: a.cfg.Group, Consumer: "failed", Streams: []string{stream, ">"}}).Err(); err != nil {
+		t.Fatalf("XREADGROUP: %v", err)
+	}
+	forged := strings.Repeat("x", 1<<20)
+	valid := traceparentKey + "=00-genuine\n"
+	if err := c.ZAdd(ctx, a.retryKey(stream), redis.Z{Score: 1, Member: ids[0]}, redis.Z{Score: 1, Member: ids[1]}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HSet(ctx, a.traceKey(stream), ids[0], forged, ids[1], valid).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.scripts.takeDue.Run(ctx, c, []string{a.retryKey(stream), stream, a.traceKey(stream)}, a.cfg.Group, "taker", 10).StringSlice()
+	if err != nil {
+		t.Fatalf("takeDue: %v", err)
+	}
+	size := 0
+	for _, v := range got {
+		size += len(v)
+	}
+	if len(got) != 4 || got[0] != ids[0] || got[1] != traceOversized || got[2] != ids[1] || got[3] != valid {
+		t.Fatalf("takeDue returned %d values of %d bytes in all (%.60q...), want [%s %q %s %q]", len(got), size, got, ids[0], traceOversized, ids[1], valid)
+	}
+	if applyTrace(message.Metadata{}, traceOversized) {
+		t.Fatalf("applyTrace accepts the marker %q", traceOversized)
+	}
+	if n := c.HLen(ctx, a.traceKey(stream)).Val(); n != 0 {
+		t.Errorf("%d trace fields left after takeDue, want 0", n)
+	}
+	// putBack (a claimed entry whose count could not be read) writes back only what may be stored.
+	s := newSubscription(ctx, a, stream, false)
+	defer s.cancel()
+	s.putBack(ids, map[string]string{ids[0]: forged, ids[1]: valid})
+	if c.HExists(ctx, a.traceKey(stream), ids[0]).Val() {
+		t.Errorf("putBack wrote back a %d-byte trace value", len(forged))
+	}
+	if v := c.HGet(ctx, a.traceKey(stream), ids[1]).Val(); v != valid {
+		t.Errorf("putBack: the valid trace reads %q, want %q", v, valid)
+	}
+	s.putBack(ids[:1], map[string]string{ids[0]: traceOversized})
+	if c.HExists(ctx, a.traceKey(stream), ids[0]).Val() {
+		t.Errorf("putBack wrote back the marker %q", traceOversized)
 	}
 }

@@ -1,6 +1,10 @@
 package redisstream
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // scripts are the operations that must check or combine several commands atomically. Each
 // touches the stream and its retry schedule (a sorted set of entry IDs scored by due time in
@@ -70,23 +74,34 @@ return 1
 // still pending and the recovery pass finds them.
 //
 // The span contexts stored with the retries (retryScript) come off the trace hash in the same
-// step and are returned with the IDs.
+// step and are returned with the IDs. A stored value longer than traceMaxEncoded (not one this
+// adapter wrote: anything with write access to Redis can put up to 512 MB there) is neither
+// read (HSTRLEN first) nor returned: traceOversized stands for it, which applyTrace rejects,
+// and its field is removed with the others. So a reply carries at most limit values of at most
+// traceMaxEncoded bytes each.
 //
 // KEYS schedule, stream, trace hash; ARGV group, consumer, limit. Returns the IDs, each followed
 // by its stored span context ("" for none): id1, trace1, id2, trace2, ...
-const takeDueScript = luaNow + `
+var takeDueScript = luaNow + `
+local maxTrace = ` + strconv.Itoa(traceMaxEncoded) + `
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
 local out = {}
 for i = 1, #ids, 1000 do
   local chunk = {}
   for j = i, math.min(i + 999, #ids) do chunk[#chunk + 1] = ids[j] end
   redis.call('ZREM', KEYS[1], unpack(chunk))
-  local traces = redis.call('HMGET', KEYS[3], unpack(chunk))
-  redis.call('HDEL', KEYS[3], unpack(chunk))
-  for j, id in ipairs(chunk) do
+  for _, id in ipairs(chunk) do
+    local n = redis.call('HSTRLEN', KEYS[3], id)
+    local trace = ''
+    if n > maxTrace then
+      trace = '` + traceOversized + `'
+    elseif n > 0 then
+      trace = redis.call('HGET', KEYS[3], id) or ''
+    end
     out[#out + 1] = id
-    out[#out + 1] = traces[j] or ''
+    out[#out + 1] = trace
   end
+  redis.call('HDEL', KEYS[3], unpack(chunk))
   local claim = {'XCLAIM', KEYS[2], ARGV[1], ARGV[2], 0}
   for _, id in ipairs(chunk) do claim[#claim + 1] = id end
   claim[#claim + 1] = 'JUSTID'

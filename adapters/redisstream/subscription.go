@@ -268,7 +268,7 @@ func (s *subscription) giveBack() {
 	for _, u := range s.unsent {
 		pipe.Do(ctx, "XCLAIM", s.stream, s.a.cfg.Group, s.consumer, 0, u.id, "IDLE", 0, "RETRYCOUNT", max(u.count-1, 0), "JUSTID")
 		due = append(due, redis.Z{Score: 1, Member: u.id}) // due at once; never 0 (read as "not scheduled")
-		if u.trace != "" {
+		if storableTrace(u.trace) {
 			traces = append(traces, u.id, u.trace)
 		}
 	}

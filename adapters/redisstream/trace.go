@@ -24,13 +24,20 @@ import (
 // followed by letters, digits, '-' or '_' (at most traceMaxKey bytes), each value printable
 // ASCII (W3C trace context is) of at most traceMaxValue bytes. A key or value outside that is
 // not stored, and a stored value that is not exactly that shape (written by anything but this
-// adapter) is dropped whole, never put into a message.
+// adapter) is dropped whole, never put into a message. One longer than traceMaxEncoded never
+// leaves Redis: the script that takes it returns traceOversized instead (see takeDueScript),
+// so a batch of due retries reads at most ReclaimBatch values of traceMaxEncoded bytes, and
+// only storableTrace values are ever written back.
 const (
 	traceMaxKeys  = 4
 	traceMaxKey   = 64
 	traceMaxValue = 512
 	// traceMaxEncoded bounds a stored value: traceMaxKeys lines of key '=' value '\n'.
 	traceMaxEncoded = traceMaxKeys * (traceMaxKey + traceMaxValue + 2)
+	// traceOversized is what takeDueScript returns in place of a stored value longer than
+	// traceMaxEncoded (which it neither reads nor returns): no value encodeTrace writes, so
+	// applyTrace rejects it.
+	traceOversized = "!"
 )
 
 // traceKey names the hash of the span contexts of the scheduled retries of stream for the
@@ -96,6 +103,13 @@ func encodeTrace(md message.Metadata) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// storableTrace reports whether a value taken off the trace hash may be written back to it
+// (putBack, giveBack): not empty, not traceOversized, and within traceMaxEncoded. A value that
+// applyTrace would reject for its content is written back as it came and dropped on delivery.
+func storableTrace(t string) bool {
+	return t != "" && t != traceOversized && len(t) <= traceMaxEncoded
 }
 
 // applyTrace puts the values of a stored trace (encodeTrace) into md. A value that is not
