@@ -15,8 +15,9 @@ type Backlog struct {
 	Waiting int64
 	// InFlight is what consumers hold unsettled: Redis pending entries less the scheduled
 	// retries (which stay pending), NATS ack pending (its NakWithDelay retries included), SQS
-	// not-visible messages (its scheduled retries included); Unknown on RabbitMQ (unacked needs
-	// the management API, which the adapter does not use) and on Kafka (part of Waiting).
+	// not-visible messages (its scheduled retries included), RabbitMQ unacked messages (read
+	// from the management API when amqp.Config.ManagementURL is set, else Unknown); Unknown on
+	// Kafka (part of Waiting).
 	InFlight int64
 	// RetriesWaiting is retries scheduled and not yet due or delivered: Redis scheduled
 	// retries, RabbitMQ delay-tier queues, Kafka retry topics' lag; Unknown where they are
