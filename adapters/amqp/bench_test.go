@@ -191,10 +191,10 @@ var (
 // consumers of -amqp.msgs persistent 128-byte messages each, every one on a durable classic
 // queue of its own, filled before its turn (the fill is not timed) and deleted after it:
 //   - millrace: the millrace router (full middleware stack, no-op handler) on this adapter with
-//     its defaults (Window 32, Prefetch 256);
+//     its defaults (Window 32, Prefetch 48);
 //   - watermill-amqp: its subscriber behind a plain Watermill router, durable queue config with
-//     the same prefetch (256), so the two differ in code, not in broker settings;
-//   - raw: an amqp091 loop, qos 256, one ack with multiple=true every 64 deliveries (and one
+//     the same prefetch (amqp.DefaultPrefetch, 48), so the two differ in code, not in broker settings;
+//   - raw: an amqp091 loop, qos 256 (the best a plain consumer gets), one ack with multiple=true every 64 deliveries (and one
 //     for the rest), one goroutine.
 //
 // The figure is msg/s from the first message handled to the last (router start-up, which

@@ -95,11 +95,11 @@ func (s *subscriber) declare(ctx context.Context, topic string) error {
 func (s *subscriber) consume(stop, msgCtx context.Context, topic string, out chan<- *message.Message) {
 	log := s.a.cfg.Logger.With(slog.String("queue", topic))
 	for stop.Err() == nil {
-		ch, deliveries, err := s.open(stop, topic)
+		ch, tag, deliveries, err := s.open(stop, topic)
 		if err != nil {
 			log.WarnContext(stop, "millrace amqp: cannot consume; retrying", slog.String("error", err.Error()))
 		} else {
-			s.handle(stop, msgCtx, topic, ch, deliveries, out, log)
+			s.handle(stop, msgCtx, topic, ch, tag, deliveries, out, log)
 			_ = ch.Close() // unacknowledged deliveries go back to the queue
 			if stop.Err() == nil {
 				log.WarnContext(stop, "millrace amqp: consumer channel closed; reopening")
@@ -112,21 +112,23 @@ func (s *subscriber) consume(stop, msgCtx context.Context, topic string, out cha
 	}
 }
 
-func (s *subscriber) open(ctx context.Context, topic string) (*amqp091.Channel, <-chan amqp091.Delivery, error) {
+// open opens a channel consuming topic and returns it with its consumer tag.
+func (s *subscriber) open(ctx context.Context, topic string) (*amqp091.Channel, string, <-chan amqp091.Delivery, error) {
 	ch, err := s.a.subConn.channel(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", nil, err
 	}
 	if err := ch.Qos(s.a.cfg.Prefetch, 0, false); err != nil {
 		_ = ch.Close()
-		return nil, nil, err
+		return nil, "", nil, err
 	}
-	deliveries, err := ch.Consume(topic, "millrace-"+watermill.NewShortUUID(), false, false, false, false, nil)
+	tag := "millrace-" + watermill.NewShortUUID()
+	deliveries, err := ch.Consume(topic, tag, false, false, false, false, nil)
 	if err != nil {
 		_ = ch.Close()
-		return nil, nil, err
+		return nil, "", nil, err
 	}
-	return ch, deliveries, nil
+	return ch, tag, deliveries, nil
 }
 
 // ackDelay is the longest an ack waits for more to coalesce with (see handle).
@@ -148,10 +150,13 @@ type verdict struct {
 
 // handle hands deliveries to out, up to Config.Window not yet settled on the broker, and
 // settles each as the router decided: acks coalesced (see tagWindow), rejects and requeues one
-// by one. Once stop ends it takes no new delivery and gives back the one the router has not
-// taken, but waits for the router's decisions on those in flight (at most
-// Config.DrainTimeout, never past the adapter's Close).
-func (s *subscriber) handle(stop, msgCtx context.Context, topic string, ch *amqp091.Channel, deliveries <-chan amqp091.Delivery, out chan<- *message.Message, log *slog.Logger) {
+// by one. Once stop ends it cancels the consumer (basic.cancel: the broker sends no more,
+// while the acks of the deliveries in flight would otherwise make room for more, each
+// costing an attempt when it goes back unhandled), takes no new delivery and gives back the
+// one the router has not taken, but waits for the router's decisions on those in flight (at
+// most Config.DrainTimeout, never past the adapter's Close). A consumer the broker cancelled
+// (the queue was deleted) ends the same way, its acks sent.
+func (s *subscriber) handle(stop, msgCtx context.Context, topic string, ch *amqp091.Channel, consumerTag string, deliveries <-chan amqp091.Delivery, out chan<- *message.Message, log *slog.Logger) {
 	cfg := &s.a.cfg
 	var win tagWindow
 	verdicts := make(chan verdict, cfg.Window)
@@ -163,6 +168,7 @@ func (s *subscriber) handle(stop, msgCtx context.Context, topic string, ch *amqp
 		handed     = map[uint64]*inFlight{}
 		waiting    = map[uint64]*inFlight{} // nacked, requeued after RequeueDelay
 		stopping   bool
+		cancelled  bool // the consumer is cancelled: no more deliveries come
 		drain      <-chan time.Time
 		drainTimer *time.Timer
 	)
@@ -173,10 +179,11 @@ func (s *subscriber) handle(stop, msgCtx context.Context, topic string, ch *amqp
 	}()
 	// An ack waits up to ackDelay for others to go with it in one multiple ack, at most
 	// ackBatch of them; it goes at once when nothing else is in flight.
-	ackBatch := max(1, min(64, cfg.Window/2))
+	ackBatch := ackBatch(cfg.Window)
 	// The broker sends no more than Prefetch unsettled deliveries. Acks held back above a
-	// delivery still in flight (see tagWindow) take that credit: once they would leave less
-	// than a Window of it, they go one by one, so a slow message never stalls the others.
+	// delivery still in flight (see tagWindow) take that credit beyond the Window's: once
+	// they take all of it (Prefetch - Window, the ack batch with the default Prefetch), they
+	// go one by one, so a slow message never stalls the others.
 	creditLow := max(1, cfg.Prefetch-cfg.Window)
 	// ackTimer bounds how long an ack waits for others to go with: ackDelay after the first.
 	ackTimer := time.NewTimer(time.Hour)
@@ -186,7 +193,7 @@ func (s *subscriber) handle(stop, msgCtx context.Context, topic string, ch *amqp
 	flush := func(all bool) {
 		ackTimer.Stop()
 		ackDue = nil
-		upTo, n, singles := win.flush(all || win.len() >= creditLow)
+		upTo, n, singles := win.flush(all || win.acked >= creditLow)
 		if n > 0 {
 			settleTag(log, ch.Ack(upTo, n > 1), upTo)
 		}
@@ -204,6 +211,12 @@ func (s *subscriber) handle(stop, msgCtx context.Context, topic string, ch *amqp
 	}
 	beginStop := func() {
 		stopping = true
+		if !cancelled {
+			// No wait for cancel-ok: amqp091 drops what is still on its way, which goes back
+			// with the channel (it would anyway: the subscription takes no more).
+			cancelled = true
+			_ = ch.Cancel(consumerTag, true)
+		}
 		if next != nil { // the router never took it
 			requeue(next)
 			next = nil
@@ -226,7 +239,7 @@ func (s *subscriber) handle(stop, msgCtx context.Context, topic string, ch *amqp
 	// or when nothing else is in flight; otherwise it makes sure they go within ackDelay.
 	maybeFlush := func() {
 		switch {
-		case win.acked >= ackBatch || win.len() >= creditLow || (len(handed) == 0 && next == nil):
+		case win.acked >= ackBatch || win.acked >= creditLow || (len(handed) == 0 && next == nil):
 			flush(false)
 		case win.acked > 0 && ackDue == nil:
 			ackTimer.Reset(ackDelay)
@@ -343,7 +356,16 @@ func (s *subscriber) handle(stop, msgCtx context.Context, topic string, ch *amqp
 		}
 		if got {
 			if !ok {
-				return // the channel is gone: the broker requeues what it had not been told
+				if ch.IsClosed() {
+					return // the channel is gone: the broker requeues what it had not been told
+				}
+				// The broker cancelled the consumer (basic.cancel: the queue was deleted) on a
+				// channel still open: settle what is in flight and send the acks held back for
+				// coalescing, or the messages they settle would be handled again.
+				log.Warn("millrace amqp: the broker cancelled the consumer; reopening")
+				cancelled = true
+				beginStop()
+				continue
 			}
 			win.add(d.DeliveryTag)
 			next = s.prepare(msgCtx, topic, d)

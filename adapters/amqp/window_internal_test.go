@@ -54,7 +54,8 @@ func TestWindowConfig(t *testing.T) {
 		{Config{}, DefaultWindow, DefaultPrefetch},
 		{Config{Prefetch: 5}, 5, 5},
 		{Config{Prefetch: 100}, DefaultWindow, 100},
-		{Config{Window: 300}, 300, 300},
+		{Config{Window: 300}, 300, 364},
+		{Config{Window: 1}, 1, 2},
 		{Config{Window: 1, Prefetch: 1}, 1, 1},
 	} {
 		if err := c.in.Validate(); err != nil {
