@@ -51,10 +51,12 @@ const (
 	// DefaultWindow is Config.Window's default: up to 32 deliveries of one subscription in
 	// flight, as in the SQS adapter.
 	DefaultWindow = 32
-	// DefaultPrefetch is Config.Prefetch's default: the broker sends up to 256 deliveries of
-	// one subscription ahead of their acks (RabbitMQ's guidance is a prefetch in the hundreds
-	// for throughput; Spring AMQP's default is 250).
-	DefaultPrefetch = 256
+	// DefaultPrefetch is Config.Prefetch's default with the default Window: the Window plus
+	// the acks it coalesces at most (Window/2, 1 to 64), 32+16. It is small on purpose:
+	// every delivery prefetched and not yet handed to a handler goes back flagged redelivered
+	// when the subscription stops or the process crashes, and costs an attempt (see
+	// "Shutdown"), so a larger prefetch buys throughput with attempts at every restart.
+	DefaultPrefetch = DefaultWindow + DefaultWindow/2
 	// MaxWindow is the largest Config.Window.
 	MaxWindow = 1024
 	// MaxPrefetch is the largest Config.Prefetch: basic.qos's prefetch-count is 16 bits.
@@ -84,10 +86,14 @@ type Config struct {
 	// Prefetch is the consumer prefetch (basic.qos) per subscription: how many deliveries the
 	// broker sends without an ack, the Window in flight, those buffered for it and those whose
 	// acks wait to be coalesced (see "Concurrency and acknowledgements" in the package documentation).
-	// Default DefaultPrefetch (256), or Window when Window is larger; 1 to MaxPrefetch
-	// (65535, AMQP's limit). It bounds what a crash or a cut repeats (see "Crashes"), and on
-	// quorum queues a consumer crash returns every prefetched message, each return counting
-	// as an attempt: set Prefetch and Window low where that matters more than throughput.
+	// Default Window plus the ack coalescing batch (Window/2, 1 to 64): DefaultPrefetch (48)
+	// with the default Window; 1 to MaxPrefetch (65535, AMQP's limit). It bounds what a stop,
+	// a crash or a cut costs: every delivery the broker sent and no handler finished goes
+	// back flagged redelivered and costs an attempt (classic: the redelivered flag; quorum:
+	// x-delivery-count), so a graceful restart costs up to Prefetch minus the Window's
+	// handled deliveries an attempt each, and with MaxAttempts 1 dead-letters them without a
+	// handler call (see "Shutdown" and "Crashes"). A larger Prefetch (RabbitMQ suggests the
+	// hundreds) buys some throughput at that price.
 	Prefetch int
 	// RequeueDelay is how long a subscription waits before requeueing a nacked message that
 	// was not sent to a retry tier (failed dead-letter write, failed retry publish, shutdown),
@@ -150,7 +156,7 @@ func (c Config) Validate() error {
 		{"Config.Window", c.Window < 0 || c.Window > MaxWindow, strconv.Itoa(c.Window),
 			"must be between 1 and " + strconv.Itoa(MaxWindow) + " (MaxWindow); 0 means " + strconv.Itoa(DefaultWindow) + ", or Prefetch if smaller"},
 		{"Config.Prefetch", c.Prefetch < 0 || c.Prefetch > MaxPrefetch, strconv.Itoa(c.Prefetch),
-			"must be between 1 and " + strconv.Itoa(MaxPrefetch) + " (MaxPrefetch); 0 means " + strconv.Itoa(DefaultPrefetch) + ", or Window if larger"},
+			"must be between 1 and " + strconv.Itoa(MaxPrefetch) + " (MaxPrefetch); 0 means Window + min(64, Window/2) (" + strconv.Itoa(DefaultPrefetch) + " with the default Window)"},
 		{"Config.Window", c.Window > 0 && c.Prefetch > 0 && c.Window > c.Prefetch, strconv.Itoa(c.Window),
 			"must be at most Config.Prefetch (" + strconv.Itoa(c.Prefetch) + "): the broker never sends more than Prefetch unsettled deliveries"},
 		{"Config.RequeueDelay", c.RequeueDelay < 0, c.RequeueDelay.String(), "must not be negative (0 means 500ms)"},
@@ -202,7 +208,7 @@ func (c *Config) setDefaults() {
 		}
 	}
 	if c.Prefetch == 0 {
-		c.Prefetch = max(DefaultPrefetch, c.Window)
+		c.Prefetch = min(c.Window+ackBatch(c.Window), MaxPrefetch)
 	}
 	if c.RequeueDelay == 0 {
 		c.RequeueDelay = 500 * time.Millisecond
@@ -220,6 +226,10 @@ func (c *Config) setDefaults() {
 		c.Logger = slog.Default()
 	}
 }
+
+// ackBatch is how many acks of a subscription with window wait at most to be coalesced into one
+// multiple ack: Window/2, 1 to 64.
+func ackBatch(window int) int { return max(1, min(64, window/2)) }
 
 // topic returns the binding of name with defaults applied.
 func (c *Config) topic(name string) Topic {
