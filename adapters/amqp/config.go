@@ -63,6 +63,9 @@ const (
 	MaxPrefetch = 65535
 )
 
+// DefaultPublishTimeout is Config.PublishTimeout's default.
+const DefaultPublishTimeout = 30 * time.Second
+
 // Config configures an Adapter. The zero Config connects to DefaultURL with classic queues.
 type Config struct {
 	// URL is the AMQP URI of the broker. Default: DefaultURL.
@@ -99,6 +102,15 @@ type Config struct {
 	// was not sent to a retry tier (failed dead-letter write, failed retry publish, shutdown),
 	// so a broken dependency does not spin. Default 500 ms; the wait ends early on shutdown.
 	RequeueDelay time.Duration
+	// PublishTimeout bounds every confirmed publish (Publish, a retry copy, a dead letter):
+	// opening its channel if need be, writing the messages and waiting for the broker's
+	// confirms, whatever the caller's context (the router's middleware passes the delivery's,
+	// which has no deadline). A publish past it fails with an error wrapping ErrNotConfirmed
+	// and context.DeadlineExceeded; for a retry or a dead letter the original is then not
+	// acked but requeued after RequeueDelay, as after any failed write. While the broker
+	// blocks the publishing connection (connection.blocked: a memory or disk alarm) a publish
+	// does not wait at all but fails with ErrBlocked. Default 30 s.
+	PublishTimeout time.Duration
 	// DrainTimeout bounds how long a subscription that is closing (Subscriber.Close, or the
 	// Subscribe context ending) waits for the router to ack or nack the message in flight
 	// before requeueing it. Watermill closes the subscriber as soon as the router starts
@@ -160,6 +172,7 @@ func (c Config) Validate() error {
 		{"Config.Window", c.Window > 0 && c.Prefetch > 0 && c.Window > c.Prefetch, strconv.Itoa(c.Window),
 			"must be at most Config.Prefetch (" + strconv.Itoa(c.Prefetch) + "): the broker never sends more than Prefetch unsettled deliveries"},
 		{"Config.RequeueDelay", c.RequeueDelay < 0, c.RequeueDelay.String(), "must not be negative (0 means 500ms)"},
+		{"Config.PublishTimeout", c.PublishTimeout < 0, c.PublishTimeout.String(), "must not be negative (0 means 30s)"},
 		{"Config.DrainTimeout", c.DrainTimeout < 0, c.DrainTimeout.String(), "must not be negative (0 means 30s)"},
 		{"Config.ReconnectDelay", c.ReconnectDelay < 0, c.ReconnectDelay.String(), "must not be negative (0 means 1s)"},
 	}
@@ -212,6 +225,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RequeueDelay == 0 {
 		c.RequeueDelay = 500 * time.Millisecond
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = DefaultPublishTimeout
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = 30 * time.Second
