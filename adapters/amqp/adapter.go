@@ -51,7 +51,7 @@ func New(ctx context.Context, cfg Config) (*Adapter, error) {
 		declared: map[declaredName]bool{},
 		closing:  make(chan struct{}),
 	}
-	a.pubs = newPublishers(a.pubConn)
+	a.pubs = newPublishers(a.pubConn, cfg.PublishTimeout)
 	for _, c := range []*connection{a.subConn, a.pubConn} {
 		if err := ctx.Err(); err != nil {
 			_ = a.Close()
@@ -120,7 +120,8 @@ func (a *Adapter) RetryQueues(topic string) []string {
 }
 
 // Close ends every subscription (in-flight messages go back to their queues) and closes both
-// connections. It is idempotent.
+// connections, waiting at most 5 s for each connection's close-ok (a connection the broker
+// blocked or that went silent never sends it). It is idempotent.
 func (a *Adapter) Close() error {
 	a.mu.Lock()
 	if a.closed {

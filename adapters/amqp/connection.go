@@ -2,9 +2,11 @@ package amqp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -22,6 +24,37 @@ type connection struct {
 	mu     sync.Mutex
 	conn   *amqp091.Connection
 	closed bool
+
+	blocking atomic.Pointer[blocking] // set while the broker blocks conn (connection.blocked)
+}
+
+// blocking is one period during which the broker blocked the connection.
+type blocking struct {
+	reason string
+	warned atomic.Bool // the period was logged
+}
+
+// blocked returns the current blocked period, nil if the connection is not blocked.
+func (c *connection) blocked() *blocking { return c.blocking.Load() }
+
+// watchBlocked follows connection.blocked and connection.unblocked of conn until it closes.
+func (c *connection) watchBlocked(conn *amqp091.Connection) {
+	notes := conn.NotifyBlocked(make(chan amqp091.Blocking, 1))
+	go func() {
+		var cur *blocking
+		for b := range notes {
+			if b.Active {
+				cur = &blocking{reason: b.Reason}
+				c.blocking.Store(cur)
+			} else if cur != nil {
+				c.blocking.CompareAndSwap(cur, nil)
+				cur = nil
+			}
+		}
+		if cur != nil { // the connection closed; a new one starts unblocked
+			c.blocking.CompareAndSwap(cur, nil)
+		}
+	}()
 }
 
 func newConnection(url, name string) *connection { return &connection{url: url, name: name} }
@@ -48,6 +81,7 @@ func (c *connection) get(ctx context.Context) (*amqp091.Connection, error) {
 	if err != nil {
 		return nil, fmt.Errorf("amqp: dial %s: %w", redact(c.url), err)
 	}
+	c.watchBlocked(conn)
 	c.conn = conn
 	return conn, nil
 }
@@ -73,16 +107,21 @@ func dialer(ctx context.Context) func(network, addr string) (net.Conn, error) {
 	}
 }
 
-// channel opens a channel, redialling once if the connection turned out to be dead.
+// channel opens a channel, redialling once if the connection turned out to be dead. ctx bounds
+// the wait for the broker's channel.open-ok (amqp091's has no bound: a blocked or silent
+// connection never answers); a channel that opens after ctx ended is closed.
 func (c *connection) channel(ctx context.Context) (*amqp091.Channel, error) {
 	for try := 0; ; try++ {
 		conn, err := c.get(ctx)
 		if err != nil {
 			return nil, err
 		}
-		ch, err := conn.Channel()
+		ch, err := openChannel(ctx, conn)
 		if err == nil {
 			return ch, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
 		}
 		if try > 0 || !conn.IsClosed() {
 			return nil, fmt.Errorf("amqp: open channel: %w", err)
@@ -90,7 +129,35 @@ func (c *connection) channel(ctx context.Context) (*amqp091.Channel, error) {
 	}
 }
 
-// close closes the connection for good.
+// openChannel opens a channel on conn within ctx.
+func openChannel(ctx context.Context, conn *amqp091.Connection) (*amqp091.Channel, error) {
+	type opened struct {
+		ch  *amqp091.Channel
+		err error
+	}
+	res := make(chan opened, 1)
+	go func() {
+		ch, err := conn.Channel()
+		res <- opened{ch, err}
+	}()
+	select {
+	case r := <-res:
+		return r.ch, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-res; r.ch != nil {
+				_ = r.ch.Close()
+			}
+		}()
+		return nil, fmt.Errorf("amqp: open channel: %w", context.Cause(ctx))
+	}
+}
+
+// closeTimeout bounds how long closing a connection waits for the broker's close-ok: a blocked
+// connection (connection.blocked) or a silent one never sends it.
+const closeTimeout = 5 * time.Second
+
+// close closes the connection for good, its channels with it, waiting at most closeTimeout.
 func (c *connection) close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -98,5 +165,8 @@ func (c *connection) close() error {
 	if c.conn == nil || c.conn.IsClosed() {
 		return nil
 	}
-	return c.conn.Close()
+	if err := c.conn.CloseDeadline(time.Now().Add(closeTimeout)); err != nil && !errors.Is(err, amqp091.ErrClosed) {
+		return fmt.Errorf("amqp: close connection %s: %w", c.name, err)
+	}
+	return nil
 }

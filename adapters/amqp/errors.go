@@ -18,6 +18,11 @@ var (
 	// or DLQ) because no queue is bound for it; for a retry or dead letter the original is then
 	// left unacknowledged.
 	ErrUnroutable = errors.New("amqp: broker returned the message as unroutable")
-	// ErrNotConfirmed is wrapped when the broker nacked a publish (publisher confirms).
+	// ErrNotConfirmed is wrapped when the broker nacked a publish (publisher confirms), or
+	// did not confirm it within Config.PublishTimeout.
 	ErrNotConfirmed = errors.New("amqp: broker did not confirm the publish")
+	// ErrBlocked is wrapped when a publish (Publish, a retry copy, a dead letter) is refused
+	// at once because the broker blocked the publishing connection (connection.blocked,
+	// during a memory or disk alarm): it would not be confirmed until the alarm clears.
+	ErrBlocked = errors.New("amqp: the broker blocked the publishing connection (connection.blocked: memory or disk alarm)")
 )

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -101,7 +102,8 @@ func (l *lane) sync() {
 
 // publishers holds the confirm channels (lanes) of the publishing connection.
 type publishers struct {
-	conn *connection
+	conn    *connection
+	timeout time.Duration // Config.PublishTimeout
 
 	opening chan struct{} // held while a lane opens
 
@@ -114,8 +116,23 @@ type publishers struct {
 // lane, else opens one while there are fewer, else shares the least busy.
 const maxLanes = 4
 
-func newPublishers(conn *connection) *publishers {
-	return &publishers{conn: conn, opening: make(chan struct{}, 1), declared: map[string]bool{}}
+func newPublishers(conn *connection, timeout time.Duration) *publishers {
+	return &publishers{conn: conn, timeout: timeout, opening: make(chan struct{}, 1), declared: map[string]bool{}}
+}
+
+// bound returns ctx ended by Config.PublishTimeout too, whose cause then names the field.
+func (p *publishers) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, p.timeout,
+		fmt.Errorf("%w within amqp.Config.PublishTimeout (%s): %w", ErrNotConfirmed, p.timeout, context.DeadlineExceeded))
+}
+
+// refuseBlocked returns an error wrapping ErrBlocked while the broker blocks the publishing
+// connection.
+func (p *publishers) refuseBlocked() error {
+	if b := p.conn.blocked(); b != nil {
+		return fmt.Errorf("%w: connection %s, reason %q", ErrBlocked, p.conn.name, b.reason)
+	}
+	return nil
 }
 
 // lane returns a lane for one publish, to be given back with done.
@@ -127,7 +144,7 @@ func (p *publishers) lane(ctx context.Context) (*lane, error) {
 	select {
 	case p.opening <- struct{}{}:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, context.Cause(ctx)
 	}
 	defer func() { <-p.opening }()
 	if l := p.pick(false); l != nil {
@@ -216,9 +233,15 @@ func (p *publishers) declareExchange(ctx context.Context, name string) error {
 // for every confirm; other publishes may share the lane meanwhile. With mandatory set, a
 // message the broker returns as unroutable (no queue bound for its key) fails the whole call
 // with ErrUnroutable: without it RabbitMQ confirms and silently drops such a message. It also
-// fails if the broker nacks a message, the channel closes, or ctx ends first; messages before
+// fails if the broker nacks a message, the channel closes, or ctx or Config.PublishTimeout ends
+// first, and at once while the broker blocks the connection (ErrBlocked); messages before
 // the failing one may have been delivered.
 func (p *publishers) publish(ctx context.Context, exchange string, keys []string, pubs []amqp091.Publishing, mandatory bool) error {
+	if err := p.refuseBlocked(); err != nil {
+		return err
+	}
+	ctx, cancel := p.bound(ctx)
+	defer cancel()
 	l, err := p.lane(ctx)
 	if err != nil {
 		return err
@@ -250,7 +273,7 @@ func (p *publishers) publish(ctx context.Context, exchange string, keys []string
 		select {
 		case <-dc.Done():
 		case <-ctx.Done():
-			return fmt.Errorf("amqp: wait for confirm from %q: %w", exchange, ctx.Err())
+			return fmt.Errorf("amqp: wait for confirm from %q: %w", exchange, context.Cause(ctx))
 		}
 		if !dc.Acked() {
 			return fmt.Errorf("%w: exchange %q, key %q", ErrNotConfirmed, exchange, keys[i])
@@ -281,12 +304,11 @@ func (p *publishers) publishConfirmed(ctx context.Context, exchange, key string,
 	return p.publish(ctx, exchange, []string{key}, []amqp091.Publishing{pub}, true)
 }
 
+// close forgets the lanes; closing the connection closes them. Closing each here would wait
+// for its close-ok, which a blocked connection never sends.
 func (p *publishers) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, l := range p.lanes {
-		_ = l.ch.Close()
-	}
 	p.lanes = nil
 }
 
@@ -310,6 +332,11 @@ func (p publisher) Publish(topic string, msgs ...*message.Message) error {
 	if len(msgs) > 0 {
 		ctx = msgs[0].Context()
 	}
+	if err := p.a.pubs.refuseBlocked(); err != nil {
+		return err
+	}
+	ctx, cancel := p.a.pubs.bound(ctx)
+	defer cancel()
 	exchange := p.a.cfg.topic(topic).Exchange
 	if err := p.a.pubs.declareExchange(ctx, exchange); err != nil {
 		return err

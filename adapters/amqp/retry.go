@@ -3,6 +3,7 @@ package amqp
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -37,7 +38,12 @@ import (
 // delivery comes back with the headers it arrived with, so the next attempt's span could not
 // link to this one. That is the cost of tracing: one confirmed publish per retry instead of a
 // reject (the copy is at-least-once on classic queues, too, where the reject is not). Without
-// a tracer nothing is written and retries reject as above.
+// a tracer nothing is written and retries reject as above. While the broker blocks the
+// publishing connection (connection.blocked, a memory or disk alarm), such a traced retry
+// rejects after all, losing only the link (logged at Warn once per blocked period): the copy
+// could not be confirmed until the alarm clears. Copies the reject cannot replace (other
+// tiers, untrusted histories) fail at once with ErrBlocked meanwhile, and their originals are
+// requeued after Config.RequeueDelay.
 func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req millrace.RetryRequest) (millrace.Disposition, error) {
 	d := deliveryFrom(msg.Context())
 	if d == nil {
@@ -52,9 +58,19 @@ func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req m
 	}
 	tier := ts.pick(req.Delay)
 	reject := tier == ts.reject
-	if reject && d.trusted && !traced(msg) {
-		d.reject.Store(true)
-		return millrace.NackOriginal, nil
+	if reject && d.trusted {
+		if !traced(msg) {
+			d.reject.Store(true)
+			return millrace.NackOriginal, nil
+		}
+		if b := a.pubConn.blocked(); b != nil {
+			if b.warned.CompareAndSwap(false, true) {
+				a.cfg.Logger.WarnContext(ctx, "millrace amqp: the broker blocked the publishing connection; first-tier retries are rejected without their copy, so the next attempt's span does not link to the failed one until it is unblocked",
+					slog.String("reason", b.reason), slog.String("queue", topic))
+			}
+			d.reject.Store(true)
+			return millrace.NackOriginal, nil
+		}
 	}
 	cp := message.NewMessage(msg.UUID, msg.Payload)
 	cp.Metadata = maps.Clone(msg.Metadata)
