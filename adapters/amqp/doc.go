@@ -218,8 +218,9 @@
 //   - A silent connection is noticed by amqp091's heartbeat: its read deadline is three
 //     intervals of half the negotiated heartbeat, 1.5 heartbeats after the last frame (15 s
 //     with the default 10 s; the battery asks for 2 s with ?heartbeat=2 in the URL, which
-//     amqp091 honours). Until then a dead-letter or retry publish waits for its confirm and
-//     then fails with ErrNotConfirmed; the original is not acked. Do not disable heartbeats
+//     amqp091 honours). Until then a dead-letter or retry publish waits for its confirm, at
+//     most Config.PublishTimeout (30 s), and then fails with ErrNotConfirmed; the original
+//     is not acked. Adapter.Close waits at most 5 s per connection for the broker's close-ok. Do not disable heartbeats
 //     (heartbeat=0): a silent connection would then hold its subscription for good.
 //   - Bound: a subscription delivers again within max(1.5 heartbeats, 10 s) + ReconnectDelay +
 //     2 s after the network is back (18 s with the defaults, 13 s with a 2 s heartbeat): the
@@ -237,6 +238,17 @@
 //   - Attempts lost: every delivery the broker takes back counts an attempt, as after a crash
 //     (see Crashes): at most Prefetch per subscription per cut (measured with Prefetch 16: 45
 //     per run).
+//
+// # Blocked connections
+//
+// During a memory or disk alarm RabbitMQ blocks the publishing connection (connection.blocked)
+// and confirms nothing until the alarm clears; the consuming connection is separate and goes
+// on acking. While blocked, a publish (Publish, a retry copy, a dead letter) fails at once
+// with ErrBlocked naming the broker's reason, so the originals of failing messages are
+// requeued after Config.RequeueDelay instead of filling the Window with waits; a traced
+// first-tier retry is rejected instead (see Retries: only the span link is lost, logged at
+// Warn once per blocked period). Any publish waits at most Config.PublishTimeout for its
+// confirms, and Close never waits for a close-ok a blocked connection does not send.
 //
 // # Shutdown
 //
