@@ -142,6 +142,7 @@ func TestConfigValidate(t *testing.T) {
 		"Config.RequeueDelay":               {RequeueDelay: -time.Second},
 		"Config.ReconnectDelay":             {ReconnectDelay: -time.Second},
 		"Config.DrainTimeout":               {DrainTimeout: -time.Second},
+		"Config.PublishTimeout":             {PublishTimeout: -time.Second},
 		`Config.Topics["a.dlq"]`:            {Topics: map[string]amqp.Topic{"a.dlq": {}}},
 		`Config.Topics["a"].BindingKeys[0]`: {Topics: map[string]amqp.Topic{"a": {BindingKeys: []string{""}}}},
 		`Config.Topics["a"].Exchange`:       {Topics: map[string]amqp.Topic{"a": {Exchange: "amq.topic"}}},
