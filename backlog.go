@@ -11,7 +11,7 @@ const Unknown int64 = -1
 type Backlog struct {
 	// Waiting is what no consumer has been given yet: Redis Streams group lag, RabbitMQ ready
 	// messages, NATS pending, SQS visible messages; Kafka's lag summed over the source topic's
-	// partitions (which includes what members fetched and hold unsettled).
+	// partitions, in offsets (which includes what members fetched and hold unsettled).
 	Waiting int64
 	// InFlight is what consumers hold unsettled: Redis pending entries less the scheduled
 	// retries (which stay pending), NATS ack pending (its NakWithDelay retries included), SQS
@@ -36,9 +36,9 @@ type PartitionBacklog struct {
 	Topic string
 	// Partition is the partition number.
 	Partition int32
-	// Lag is what the partition holds past the group's committed offset: the high watermark
-	// minus that offset where offsets are records; Kafka's adapter counts records, since a
-	// transaction's marker takes an offset too (see its Backlog).
+	// Lag is the high watermark minus the group's committed offset (offset lag, as Kafka's own
+	// tools report it): an upper bound of the records, since a transaction's marker and an
+	// aborted record take an offset too (see the Kafka adapter's Backlog).
 	Lag int64
 }
 
