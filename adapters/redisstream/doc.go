@@ -73,10 +73,24 @@
 // takes due entries off the schedule takes their values too, and the redelivered message
 // carries them in its metadata, so the next attempt's span links to the failed one's. Only
 // bounded, well-formed values are stored (at most 4 keys of the prefix and letters, digits, '-'
-// or '_', up to 64 bytes each; values of printable ASCII up to 512 bytes); a stored value of
-// any other shape is dropped whole and never reaches a message. The dead-letter scripts remove
-// an entry's value with its schedule entry. An entry recovered after its threshold (its
-// consumer died) was not scheduled: its attempt has no link.
+// or '_', up to 64 bytes each; values of printable ASCII up to 512 bytes; traceparent and
+// tracestate first, so a producer's own keys of the prefix never push them out); a stored value
+// of any other shape is dropped whole and never reaches a message, and one longer than that
+// bound (about 2.3 KB; anything with write access to Redis can store 512 MB) does not even
+// leave Redis. The dead-letter scripts remove an entry's value with its schedule entry. An
+// entry recovered after its threshold (its consumer died) was not scheduled: its attempt has no
+// link.
+//
+// Upgrades and rollbacks: a consumer of a version without the trace hash takes due retries,
+// dead-letters and acknowledges entries without removing their values, so while old and new
+// consumers share a group (a rolling upgrade, or a rollback after new consumers scheduled
+// retries) the hash can keep values of entries no longer scheduled, and the old consumers
+// redeliver retries without their links. Each subscription therefore sweeps the hash when it
+// starts and then once a minute: one Lua step per reclaim tick scans about 500 fields (HSCAN
+// COUNT, in the stream's slot) and removes those whose entry is not on the schedule (ZSCORE),
+// until the scan ends. Left-over values cost memory only until the next sweep of a new
+// consumer; with no new consumer left after a rollback, delete the hash
+// ("millrace:retrytrace:...", listed by millrace plan) once the old version runs alone.
 //
 // Entries nobody gave back (a consumer died holding them, overran its budget, or its retry or
 // dead-letter write failed) are recovered by a pass over the PEL every Config.RecoverInterval:

@@ -73,7 +73,7 @@ func (urlDriver) Plan(u *url.URL, spec plan.Spec) (plan.BrokerPlan, error) {
 			{Name: "group", Value: group, Why: "created by Provision (XGROUP CREATE ... MKSTREAM), starting at " + cfg.GroupStartID}}},
 		{Kind: "sorted set", Name: schedule, Role: "retry schedule (entry ids by due time; created with the first retry)"},
 		{Kind: "stream", Name: a.DeadLetterTopic(spec.Topic), Role: "dead letter (created with the first dead letter)"},
-		{Kind: "hash", Name: a.traceKey(spec.Topic), Role: "span contexts of the scheduled retries' failed attempts (entry id to a few bounded values; removed with each retry's schedule entry)"},
+		{Kind: "hash", Name: a.traceKey(spec.Topic), Role: "span contexts of the scheduled retries' failed attempts (entry id to a few bounded values; removed with each retry's schedule entry, and by a sweep every minute when its entry is no longer scheduled)"},
 		{Kind: "server", Name: "redis", Role: "memory", Settings: []plan.Setting{
 			{Name: "maxmemory-policy", Value: strings.Join(SafeMaxmemoryPolicies, " | "), Why: "no eviction of keys without a TTL"}}},
 	}

@@ -362,3 +362,55 @@ func (s *subscription) countDeleted(n int) {
 	s.a.cfg.Logger.Warn("redisstream: pending entries were trimmed or deleted from the stream; acknowledged",
 		slog.String("stream", s.stream), slog.Int("entries", n))
 }
+
+// traceSweepInterval is how often a subscription starts a sweep of the trace hash, and
+// traceSweepCount the HSCAN COUNT of one step of it.
+const (
+	traceSweepInterval = time.Minute
+	traceSweepCount    = 500
+)
+
+// sweepTraces runs one step of the sweep of the trace hash: the fields whose entry ID is not on
+// the retry schedule are removed (sweepTracesScript). This adapter writes and removes a field
+// only together with its schedule member, but a consumer of a version without the trace hash
+// (during a rolling upgrade or after a rollback) takes, dead-letters or acknowledges retries
+// without removing theirs, and nothing else would. A sweep starts when the subscription does and
+// then every traceSweepInterval; it takes one step per reclaim tick (about traceSweepCount
+// fields, in the stream's slot) until HSCAN's cursor comes back to 0. A failed step is logged
+// and the sweep starts over at the next interval.
+func (s *subscription) sweepTraces(now time.Time) {
+	cursor := s.sweepCursor
+	if cursor == "" {
+		cursor = "0"
+	}
+	res, err := s.a.scripts.sweep.Run(s.ctx, s.a.client, []string{s.a.retryKey(s.stream), s.a.traceKey(s.stream)},
+		cursor, traceSweepCount).Slice()
+	next, _ := sliceAt[string](res, 0)
+	removed, _ := sliceAt[int64](res, 1)
+	if err != nil || len(res) != 2 || next == "" {
+		if s.ctx.Err() == nil {
+			s.a.cfg.Logger.Debug("redisstream: trace hash sweep failed", slog.String("stream", s.stream), slog.Any("error", err))
+		}
+		s.sweepCursor, s.nextSweep = "", now.Add(traceSweepInterval)
+		return
+	}
+	if removed > 0 {
+		s.a.cfg.Logger.Info("redisstream: removed stored attempt span contexts of entries not on the retry schedule (left by an older consumer?)",
+			slog.String("stream", s.stream), slog.Int64("entries", removed))
+	}
+	if next == "0" {
+		s.sweepCursor, s.nextSweep = "", now.Add(traceSweepInterval)
+		return
+	}
+	s.sweepCursor, s.nextSweep = next, now.Add(s.a.cfg.ReclaimInterval)
+}
+
+// sliceAt returns res[i] as a T, if it is one.
+func sliceAt[T any](res []any, i int) (T, bool) {
+	var zero T
+	if i >= len(res) {
+		return zero, false
+	}
+	v, ok := res[i].(T)
+	return v, ok
+}

@@ -3,6 +3,7 @@ package redisstream
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +143,89 @@ func TestTakeDueBoundsAForgedTrace(t *testing.T) {
 	s.putBack(ids[:1], map[string]string{ids[0]: traceOversized})
 	if c.HExists(ctx, a.traceKey(stream), ids[0]).Val() {
 		t.Errorf("putBack wrote back the marker %q", traceOversized)
+	}
+}
+
+// TestSweepRemovesOrphanTraces: a trace hash field whose entry is not on the retry schedule (a
+// consumer of an older version took, dead-lettered or acknowledged the retry without removing
+// it) is removed by the sweep a subscription starts with; a field of a scheduled retry stays.
+func TestSweepRemovesOrphanTraces(t *testing.T) {
+	t.Parallel()
+	c := testClient(t)
+	a := newTestAdapter(t, testConfig())
+	stream := uniqueStream(t)
+	ctx := context.Background()
+	t.Cleanup(func() { c.Del(context.Background(), stream, a.retryKey(stream), a.traceKey(stream)) })
+	valid := traceparentKey + "=00-genuine\n"
+	// The scheduled one is due in an hour, so the reclaimer leaves it alone.
+	if err := c.ZAdd(ctx, a.retryKey(stream), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: "2-0"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HSet(ctx, a.traceKey(stream), "1-0", valid, "2-0", valid).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sub := a.Subscriber()
+	defer sub.Close()
+	if _, err := sub.Subscribe(ctx, stream); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the orphan trace field removed", 5*time.Second, func() bool { return !c.HExists(ctx, a.traceKey(stream), "1-0").Val() })
+	if v := c.HGet(ctx, a.traceKey(stream), "2-0").Val(); v != valid {
+		t.Errorf("the scheduled retry's trace reads %q, want %q", v, valid)
+	}
+}
+
+// TestSweepStepsThroughALargeHash: each step of the sweep scans a bounded part of the hash and
+// the steps together remove every orphan and nothing else.
+func TestSweepStepsThroughALargeHash(t *testing.T) {
+	t.Parallel()
+	c := testClient(t)
+	a := newTestAdapter(t, testConfig())
+	stream := uniqueStream(t)
+	ctx := context.Background()
+	t.Cleanup(func() { c.Del(context.Background(), stream, a.retryKey(stream), a.traceKey(stream)) })
+	const n = 3 * traceSweepCount
+	var fields []any
+	var sched []redis.Z
+	for i := range n {
+		id := strconv.Itoa(i+1) + "-0"
+		fields = append(fields, id, "v")
+		if i%3 == 0 {
+			sched = append(sched, redis.Z{Score: 1, Member: id})
+		}
+	}
+	if err := c.HSet(ctx, a.traceKey(stream), fields...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ZAdd(ctx, a.retryKey(stream), sched...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s := newSubscription(ctx, a, stream, false)
+	defer s.cancel()
+	now := time.Now()
+	steps := 0
+	for {
+		s.sweepTraces(now)
+		steps++
+		if s.sweepCursor == "" || steps > 100 {
+			break
+		}
+		if want := now.Add(a.cfg.ReclaimInterval); !s.nextSweep.Equal(want) {
+			t.Fatalf("step %d: next step at %v, want the next reclaim tick %v", steps, s.nextSweep, want)
+		}
+	}
+	if steps < 2 || steps > 100 {
+		t.Errorf("the sweep of %d fields took %d steps, want several, each bounded", n, steps)
+	}
+	if !s.nextSweep.Equal(now.Add(traceSweepInterval)) {
+		t.Errorf("after the sweep: next at %v, want %v", s.nextSweep, now.Add(traceSweepInterval))
+	}
+	if got := c.HLen(ctx, a.traceKey(stream)).Val(); got != int64(len(sched)) {
+		t.Errorf("%d trace fields left, want the %d scheduled ones", got, len(sched))
+	}
+	for _, z := range sched {
+		if !c.HExists(ctx, a.traceKey(stream), z.Member.(string)).Val() {
+			t.Fatalf("the scheduled %v lost its trace", z.Member)
+		}
 	}
 }

@@ -16,6 +16,7 @@ type scripts struct {
 	deadLetter *redis.Script
 	owns       *redis.Script
 	ackOwned   *redis.Script
+	sweep      *redis.Script
 }
 
 func newScripts() scripts {
@@ -25,6 +26,7 @@ func newScripts() scripts {
 		deadLetter: redis.NewScript(deadLetterScript),
 		owns:       redis.NewScript(ownsScript),
 		ackOwned:   redis.NewScript(ackOwnedScript),
+		sweep:      redis.NewScript(sweepTracesScript),
 	}
 }
 
@@ -152,4 +154,26 @@ redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('ZREM', KEYS[2], ARGV[2])
 redis.call('HDEL', KEYS[3], ARGV[2])
 return 1
+`
+
+// sweepTracesScript is one step of the sweep of the trace hash (see sweepTraces): it scans up
+// to about ARGV[2] fields from cursor ARGV[1] and removes those whose entry ID is not on the
+// retry schedule. A script, so that no retry is scheduled or taken between the ZSCORE and the
+// HDEL (retryScript, takeDueScript and the MULTI of putBack and giveBack write both keys at
+// once). Redis 7.0 has no HSCAN NOVALUES: the values scanned are read inside the server but
+// not returned.
+//
+// KEYS schedule, trace hash; ARGV cursor, count. Returns the next cursor ("0" at the end) and
+// the number of fields removed.
+const sweepTracesScript = `
+local r = redis.call('HSCAN', KEYS[2], ARGV[1], 'COUNT', tonumber(ARGV[2]))
+local kv = r[2]
+local removed = 0
+for i = 1, #kv, 2 do
+  if not redis.call('ZSCORE', KEYS[1], kv[i]) then
+    redis.call('HDEL', KEYS[2], kv[i])
+    removed = removed + 1
+  end
+end
+return {r[1], removed}
 `

@@ -54,6 +54,8 @@ type subscription struct {
 	moreStale   bool      // a recovery pass is under way
 	cursor      string    // XPENDING start of the next recovery round: "-" or "(" + last ID seen
 	unsent      []sent    // entries read or claimed but not handed out when the loop stopped
+	nextSweep   time.Time // when the next step of the trace hash sweep runs (see sweepTraces)
+	sweepCursor string    // HSCAN cursor of the sweep under way; "" or "0" when none is
 }
 
 // sent is an entry delivered to this consumer, with its delivery count and the stored span
@@ -123,6 +125,9 @@ func (s *subscription) loop() {
 		if !now.Before(s.nextRecover) {
 			s.nextRecover = now.Add(cfg.RecoverInterval)
 			s.moreStale, s.cursor = true, "-"
+		}
+		if !s.deadLetters && !now.Before(s.nextSweep) {
+			s.sweepTraces(now)
 		}
 		if s.moreDue {
 			if free -= s.claimDue(free); free <= 0 {

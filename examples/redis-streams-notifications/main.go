@@ -103,8 +103,9 @@ func run() error {
 		return fmt.Errorf("redis at %s: %w (start it, or set MILLRACE_REDIS_URL)", url, err)
 	}
 	dlq := stream + redisstream.DefaultDeadLetterSuffix
-	// Start every run from an empty stream (and retry schedule, see the adapter's doc).
-	admin.Del(ctx, stream, dlq, "millrace:retry:{"+stream+"}:"+group)
+	// Start every run from an empty stream (and retry schedule and its hash of the failed
+	// attempts' span contexts, see the adapter's doc; millrace plan lists both keys).
+	admin.Del(ctx, stream, dlq, "millrace:retry:{"+stream+"}:"+group, "millrace:retrytrace:{"+stream+"}:"+group)
 
 	adapter.URL = url
 	adapter.Logger = logger
