@@ -104,7 +104,8 @@ func FuzzDeadLetterSplit(f *testing.F) {
 	})
 }
 
-// FuzzParseEntries: the reply parser never panics on any shape and keeps every field.
+// FuzzParseEntries: the reply parser never panics on any shape and keeps every field of every
+// entry, each entry's in a slice of its own.
 func FuzzParseEntries(f *testing.F) {
 	f.Add([]byte("\x04user\x03u-5\x05event\x06legacy"), true)
 	f.Add([]byte(""), false)
@@ -118,12 +119,29 @@ func FuzzParseEntries(f *testing.F) {
 		if nilFields {
 			fv = nil
 		}
-		entries, err := ParseRead([]any{[]any{"stream", []any{[]any{"1-1", fv}}}})
+		// A second entry with the first's pairs in reverse order: each entry keeps its own.
+		rev := make([]string, 0, len(fields))
+		for i := len(fields) - 2; i >= 0; i -= 2 {
+			rev = append(rev, fields[i], fields[i+1])
+		}
+		revItems := make([]any, len(rev))
+		for i, s := range rev {
+			revItems[i] = s
+		}
+		entries, err := ParseRead([]any{[]any{"stream", []any{[]any{"1-1", fv}, []any{"1-2", revItems}}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(entries) != 1 || entries[0].ID != "1-1" || !slices.Equal(entries[0].Fields, fields) && !nilFields {
-			t.Fatalf("entries %q, want one with %q", entries, fields)
+		if len(entries) != 2 || entries[0].ID != "1-1" || !slices.Equal(entries[0].Fields, fields) && !nilFields ||
+			nilFields && entries[0].Fields != nil || entries[1].ID != "1-2" || !slices.Equal(entries[1].Fields, rev) {
+			t.Fatalf("entries %q, want %q then %q", entries, fields, rev)
+		}
+		// Appending to one entry's fields never writes into another's.
+		if !nilFields {
+			_ = append(entries[0].Fields, "appended", "x")
+			if !slices.Equal(entries[1].Fields, rev) {
+				t.Fatalf("an append to entry 1-1's fields changed 1-2's: %q", entries[1].Fields)
+			}
 		}
 		// Broken shapes are errors, never panics.
 		for _, v := range []any{"x", []any{"x"}, []any{[]any{"s", "x"}}, []any{[]any{"s", []any{[]any{1, items}}}}, map[any]any{"s": []any{"y"}}} {

@@ -42,7 +42,8 @@ var ErrReply = errors.New("wire: unexpected stream reply")
 
 // ParseEntries reads an array of entries as go-redis's Do returns it (RESP2 or RESP3): the reply
 // of XRANGE, XREVRANGE or XCLAIM, or one stream's part of an XREADGROUP reply. The strings are
-// the reply's own (no copy).
+// the reply's own (no copy); each entry's Fields is a slice of its own, which keeps only that
+// entry's strings alive.
 func ParseEntries(v any) ([]Entry, error) {
 	if v == nil {
 		return nil, nil
@@ -52,17 +53,9 @@ func ParseEntries(v any) ([]Entry, error) {
 		return nil, fmt.Errorf("%w: entries are %T, not an array", ErrReply, v)
 	}
 	out := make([]Entry, len(arr))
-	// One backing array holds every entry's fields (each entry's slice capped to its own), so
-	// that a batch costs two allocations here, not one per entry.
-	total := 0
-	for _, item := range arr {
-		if e, ok := item.([]any); ok && len(e) >= 2 {
-			if f, ok := e[1].([]any); ok {
-				total += len(f)
-			}
-		}
-	}
-	backing := make([]string, 0, total)
+	// Each entry's fields get a slice of their own (one allocation per entry), never a share of
+	// one array for the batch: a caller keeps an entry's fields as long as its message is in
+	// flight, and one slow message would keep every field string of its batch alive.
 	for i, item := range arr {
 		e, ok := item.([]any)
 		if !ok || len(e) < 2 {
@@ -80,15 +73,15 @@ func ParseEntries(v any) ([]Entry, error) {
 		if !ok || len(f)%2 != 0 {
 			return nil, fmt.Errorf("%w: entry %s: fields are %T of %d items, not name/value pairs", ErrReply, id, e[1], len(f))
 		}
-		start := len(backing)
+		fields := make([]string, len(f))
 		for j, x := range f {
 			v, ok := x.(string)
 			if !ok {
 				return nil, fmt.Errorf("%w: entry %s: field item %d is %T, not a bulk string", ErrReply, id, j, x)
 			}
-			backing = append(backing, v)
+			fields[j] = v
 		}
-		out[i].Fields = backing[start:len(backing):len(backing)]
+		out[i].Fields = fields
 	}
 	return out, nil
 }
