@@ -193,8 +193,9 @@
 // above comes from a missing retry queue, not from a crash). A kill repeats at most Prefetch
 // handler calls per subscription: the broker holds at most Prefetch deliveries of a subscription
 // unsettled, the Window in flight and those whose acks were still waiting to be coalesced or on
-// their way (measured: at most 9 per kill with Window 8). Every delivery the process held,
-// prefetched ones included, comes back flagged redelivered and costs an attempt (quorum: each
+// their way (measured: at most 13 per kill with Window 8 and Prefetch 16: acks above a delivery
+// still in flight wait for it until they take the credit beyond the Window). Every delivery the
+// process held, prefetched ones included, comes back flagged redelivered and costs an attempt (quorum: each
 // return; classic: once per trip through the work queue, see Attempt), so a message that kills
 // interrupt often enough can be dead-lettered as exhausted although its handler never failed.
 // Since a classic queue counts repeated returns once and a quorum queue forgets its returns at
