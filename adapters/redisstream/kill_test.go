@@ -80,7 +80,7 @@ func (k killTarget) Cleanup(ctx context.Context, a millrace.Adapter, stream stri
 	}
 	c := redis.NewClient(opts)
 	defer c.Close()
-	return c.Del(ctx, stream, a.DeadLetterTopic(stream), killAdapterOf(a).retryKey(stream)).Err()
+	return c.Del(ctx, stream, a.DeadLetterTopic(stream), killAdapterOf(a).retryKey(stream), killAdapterOf(a).traceKey(stream)).Err()
 }
 
 // Bound is the package documentation's "# Crashes" section.
