@@ -23,7 +23,7 @@ func init() { brokerurl.Register(urlDriver{}) }
 
 // urlDriver opens amqp:// and amqps:// URLs:
 //
-//	amqp://user:password@host:port/vhost[?queue_type=quorum&delivery_limit=20&window=32&prefetch=256
+//	amqp://user:password@host:port/vhost[?queue_type=quorum&delivery_limit=20&window=32&prefetch=48
 //	       &dlq_suffix=.dlq&management=http://host:15672][&amqp091's options: heartbeat,
 //	       connection_timeout, channel_max, certfile, keyfile, cacertfile,
 //	       server_name_indication, auth_mechanism]
