@@ -90,7 +90,11 @@
 // COUNT, in the stream's slot) and removes those whose entry is not on the schedule (ZSCORE),
 // until the scan ends. Left-over values cost memory only until the next sweep of a new
 // consumer; with no new consumer left after a rollback, delete the hash
-// ("millrace:retrytrace:...", listed by millrace plan) once the old version runs alone.
+// ("millrace:retrytrace:...", listed by millrace plan) once the old version runs alone. Two
+// limits while versions mix: an entry an old consumer took and scheduled again keeps its stale
+// value, so its next attempt may link to an attempt two back; and Redis 7.0 has no HSCAN
+// NOVALUES, so a sweep step reads the values of the fields it scans inside Redis (a forged
+// huge value costs the server that read once per sweep; it is never sent to the client).
 //
 // Entries nobody gave back (a consumer died holding them, overran its budget, or its retry or
 // dead-letter write failed) are recovered by a pass over the PEL every Config.RecoverInterval:
