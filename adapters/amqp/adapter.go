@@ -45,8 +45,8 @@ func New(ctx context.Context, cfg Config) (*Adapter, error) {
 	cfg.setDefaults()
 	a := &Adapter{
 		cfg:      cfg,
-		subConn:  newConnection(cfg.URL, "millrace-consumer"),
-		pubConn:  newConnection(cfg.URL, "millrace-publisher"),
+		subConn:  newConnection(cfg.URL, "millrace-consumer", 0),
+		pubConn:  newConnection(cfg.URL, "millrace-publisher", cfg.PublishTimeout),
 		tiers:    map[string]tierSet{},
 		declared: map[declaredName]bool{},
 		closing:  make(chan struct{}),
@@ -120,8 +120,10 @@ func (a *Adapter) RetryQueues(topic string) []string {
 }
 
 // Close ends every subscription (in-flight messages go back to their queues) and closes both
-// connections, waiting at most 5 s for each connection's close-ok (a connection the broker
-// blocked or that went silent never sends it). It is idempotent.
+// connections. It waits at most 5 s for each consumer channel's close-ok (the subscriptions
+// close theirs at once) and then at most 5 s for the two connections' close-oks (closed at
+// once too): a connection the broker blocked or that went silent never sends them. It is
+// idempotent.
 func (a *Adapter) Close() error {
 	a.mu.Lock()
 	if a.closed {
@@ -133,8 +135,14 @@ func (a *Adapter) Close() error {
 	a.mu.Unlock()
 	a.subs.Wait()
 	a.pubs.close()
-	err1 := a.subConn.close()
+	var err1 error
+	subClosed := make(chan struct{})
+	go func() {
+		err1 = a.subConn.close()
+		close(subClosed)
+	}()
 	err2 := a.pubConn.close()
+	<-subClosed
 	if err1 != nil {
 		return err1
 	}

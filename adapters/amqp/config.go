@@ -103,11 +103,16 @@ type Config struct {
 	// so a broken dependency does not spin. Default 500 ms; the wait ends early on shutdown.
 	RequeueDelay time.Duration
 	// PublishTimeout bounds every confirmed publish (Publish, a retry copy, a dead letter):
-	// opening its channel if need be, writing the messages and waiting for the broker's
-	// confirms, whatever the caller's context (the router's middleware passes the delivery's,
-	// which has no deadline). A publish past it fails with an error wrapping ErrNotConfirmed
-	// and context.DeadlineExceeded; for a retry or a dead letter the original is then not
-	// acked but requeued after RequeueDelay, as after any failed write. While the broker
+	// opening its channel if need be and waiting for the broker's confirms, whatever the
+	// caller's context (the router's middleware passes the delivery's, which has no
+	// deadline); a publish past it fails with an error wrapping ErrNotConfirmed and
+	// context.DeadlineExceeded. It also bounds each write to the publishing connection's
+	// socket (amqp091 ignores the context while writing): a write the broker does not read
+	// within it fails with an i/o timeout and closes that connection, failing every publish on
+	// it, and the next publish dials again; a publish whose writes keep progressing is not
+	// bounded as a whole (see "Blocked connections" in the package doc). For a retry or a dead
+	// letter that fails the original is not acked but requeued after RequeueDelay, as after
+	// any failed write. While the broker
 	// blocks the publishing connection (connection.blocked: a memory or disk alarm) a publish
 	// does not wait at all but fails with ErrBlocked. Default 30 s.
 	PublishTimeout time.Duration

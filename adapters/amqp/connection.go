@@ -20,6 +20,9 @@ import (
 type connection struct {
 	url  string
 	name string
+	// writeTimeout, if not 0, bounds each write to the socket: a write that does not finish
+	// within it fails, and amqp091 then shuts the connection down (see writeBoundConn).
+	writeTimeout time.Duration
 
 	mu     sync.Mutex
 	conn   *amqp091.Connection
@@ -57,7 +60,11 @@ func (c *connection) watchBlocked(conn *amqp091.Connection) {
 	}()
 }
 
-func newConnection(url, name string) *connection { return &connection{url: url, name: name} }
+// newConnection returns a connection to url named name; writeTimeout, if not 0, bounds each
+// socket write.
+func newConnection(url, name string, writeTimeout time.Duration) *connection {
+	return &connection{url: url, name: name, writeTimeout: writeTimeout}
+}
 
 // dialTimeout bounds the TCP connect and the AMQP handshake of one dial.
 const dialTimeout = 10 * time.Second
@@ -75,7 +82,7 @@ func (c *connection) get(ctx context.Context) (*amqp091.Connection, error) {
 	conn, err := amqp091.DialConfig(c.url, amqp091.Config{
 		Heartbeat:  10 * time.Second,
 		Locale:     "en_US",
-		Dial:       dialer(ctx),
+		Dial:       dialer(ctx, c.writeTimeout),
 		Properties: amqp091.Table{"connection_name": c.name},
 	})
 	if err != nil {
@@ -87,8 +94,9 @@ func (c *connection) get(ctx context.Context) (*amqp091.Connection, error) {
 }
 
 // dialer connects within ctx and dialTimeout, and sets the deadline amqp091 clears once the
-// handshake is done (as amqp091.DefaultDial does).
-func dialer(ctx context.Context) func(network, addr string) (net.Conn, error) {
+// handshake is done (as amqp091.DefaultDial does). With writeTimeout not 0 the connection it
+// returns bounds each write by it (writeBoundConn).
+func dialer(ctx context.Context, writeTimeout time.Duration) func(network, addr string) (net.Conn, error) {
 	return func(network, addr string) (net.Conn, error) {
 		deadline := time.Now().Add(dialTimeout)
 		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -103,8 +111,32 @@ func dialer(ctx context.Context) func(network, addr string) (net.Conn, error) {
 			_ = conn.Close()
 			return nil, err
 		}
+		if writeTimeout > 0 {
+			return &writeBoundConn{Conn: conn, timeout: writeTimeout}, nil
+		}
 		return conn, nil
 	}
+}
+
+// writeBoundConn sets a write deadline of now + timeout before each Write. amqp091 v1.10
+// ignores the context of PublishWithContext: a frame write blocks for as long as the broker
+// does not read the socket (RabbitMQ stops reading a blocked connection that publishes, and a
+// connection in credit-flow "flow" state, which sends no connection.blocked). The write holds
+// the connection's send lock, so every other publish would queue behind it. With the deadline
+// the write fails, amqp091 shuts the connection down, every publish on it fails, and the next
+// one dials again. The deadline only matters while a Write is in progress (each Write renews
+// it), so an idle healthy connection and its heartbeats are not affected; read deadlines
+// (amqp091's heartbeat timeout) and SetDeadline pass through to the socket.
+type writeBoundConn struct {
+	net.Conn
+	timeout time.Duration
+}
+
+func (c *writeBoundConn) Write(b []byte) (int, error) {
+	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
 }
 
 // channel opens a channel, redialling once if the connection turned out to be dead. ctx bounds
@@ -150,6 +182,25 @@ func openChannel(ctx context.Context, conn *amqp091.Connection) (*amqp091.Channe
 			}
 		}()
 		return nil, fmt.Errorf("amqp: open channel: %w", context.Cause(ctx))
+	}
+}
+
+// closeChannel closes ch, waiting at most closeTimeout for the broker's channel.close-ok: a
+// silent connection never sends it, and the wait would hold the subscription, and with it
+// Adapter.Close, until amqp091's heartbeat timeout (30 s) or for ever. Past the bound the close
+// goes on in the background; it ends when the connection closes (Adapter.Close closes it with
+// its own deadline) and with it every channel, its deliveries then back in the queue.
+func closeChannel(ch *amqp091.Channel) {
+	done := make(chan struct{})
+	go func() {
+		_ = ch.Close()
+		close(done)
+	}()
+	t := time.NewTimer(closeTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
 	}
 }
 

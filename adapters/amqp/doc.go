@@ -221,7 +221,8 @@
 //     with the default 10 s; the battery asks for 2 s with ?heartbeat=2 in the URL, which
 //     amqp091 honours). Until then a dead-letter or retry publish waits for its confirm, at
 //     most Config.PublishTimeout (30 s), and then fails with ErrNotConfirmed; the original
-//     is not acked. Adapter.Close waits at most 5 s per connection for the broker's close-ok. Do not disable heartbeats
+//     is not acked. Adapter.Close waits at most 5 s for the consumer channels' close-oks and then
+//     5 s for the connections'. Do not disable heartbeats
 //     (heartbeat=0): a silent connection would then hold its subscription for good.
 //   - Bound: a subscription delivers again within max(1.5 heartbeats, 10 s) + ReconnectDelay +
 //     2 s after the network is back (18 s with the defaults, 13 s with a 2 s heartbeat): the
@@ -247,9 +248,26 @@
 // on acking. While blocked, a publish (Publish, a retry copy, a dead letter) fails at once
 // with ErrBlocked naming the broker's reason, so the originals of failing messages are
 // requeued after Config.RequeueDelay instead of filling the Window with waits; a traced
-// first-tier retry is rejected instead (see Retries: only the span link is lost, logged at
-// Warn once per blocked period). Any publish waits at most Config.PublishTimeout for its
-// confirms, and Close never waits for a close-ok a blocked connection does not send.
+// first-tier retry is rejected instead (logged at Warn once per blocked period): that loses
+// the span link and, on classic queues, makes that retry at-most-once like an untraced one (see
+// "Classic queues lose retries": a missing T.retry drops the message); on quorum queues only
+// the link is lost.
+//
+// What Config.PublishTimeout bounds: a publish's wait for a channel and for its confirms ends
+// at PublishTimeout. Its writes to the socket, which amqp091 makes without looking at the
+// context, are bounded one by one: the publishing connection sets a write deadline of
+// PublishTimeout on each socket write, so a write the broker does not read for that long
+// fails, amqp091 shuts the connection down, every publish waiting on it fails at once (a retry
+// or dead letter: the original is requeued, not acked), and the next publish dials again.
+// That covers a broker that stops reading the socket without saying so (RabbitMQ stops
+// reading a blocked connection that publishes, and one in credit-flow "flow" state, which
+// sends no connection.blocked). Measured: a 32 MiB publish into a socket nobody reads, with
+// PublishTimeout 1 s, failed after about 1 s (TestPublishTimeoutBoundsAStuckWrite). Not
+// bounded as a whole: a publish whose writes keep making progress, each within PublishTimeout
+// (a large message through a slow but live link), takes as long as they need. An idle
+// connection is not affected (the deadline runs only while a write is in progress), nor are
+// its heartbeats. Close never waits for a close-ok a blocked or silent connection does not
+// send: at most 5 s for the consumer channels, then 5 s for both connections.
 //
 // # Shutdown
 //

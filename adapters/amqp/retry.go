@@ -40,8 +40,12 @@ import (
 // reject (the copy is at-least-once on classic queues, too, where the reject is not). Without
 // a tracer nothing is written and retries reject as above. While the broker blocks the
 // publishing connection (connection.blocked, a memory or disk alarm), such a traced retry
-// rejects after all, losing only the link (logged at Warn once per blocked period): the copy
-// could not be confirmed until the alarm clears. Copies the reject cannot replace (other
+// rejects after all (logged at Warn once per blocked period): the copy could not be confirmed
+// until the alarm clears. That loses the span link and, on classic queues, the copy's
+// at-least-once: the reject goes through classic dead-lettering, which is at-most-once (a
+// missing topic.retry queue, or one that refuses the message, drops it; see "Classic queues
+// lose retries" in the package doc). On quorum queues (x-dead-letter-strategy at-least-once)
+// only the link is lost. Copies the reject cannot replace (other
 // tiers, untrusted histories) fail at once with ErrBlocked meanwhile, and their originals are
 // requeued after Config.RequeueDelay.
 func (a *Adapter) ScheduleRetry(ctx context.Context, msg *message.Message, req millrace.RetryRequest) (millrace.Disposition, error) {

@@ -100,7 +100,7 @@ func (s *subscriber) consume(stop, msgCtx context.Context, topic string, out cha
 			log.WarnContext(stop, "millrace amqp: cannot consume; retrying", slog.String("error", err.Error()))
 		} else {
 			s.handle(stop, msgCtx, topic, ch, tag, deliveries, out, log)
-			_ = ch.Close() // unacknowledged deliveries go back to the queue
+			closeChannel(ch) // unacknowledged deliveries go back to the queue
 			if stop.Err() == nil {
 				log.WarnContext(stop, "millrace amqp: consumer channel closed; reopening")
 			}
