@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"strings"
@@ -86,8 +87,8 @@ func TestStoreDownFailOpenRunsHandlerAndLogs(t *testing.T) {
 	if !called {
 		t.Fatal("fail-open did not run the handler")
 	}
-	if out := logs.String(); !strings.Contains(out, "fail-open") || !strings.Contains(out, "key=m1") {
-		t.Fatalf("log = %q, want a fail-open warning naming the key", out)
+	if out := logs.String(); !strings.Contains(out, "fail-open") || !strings.Contains(out, "key=m1") || !strings.Contains(out, "message_uuid=m1") {
+		t.Fatalf("log = %q, want a fail-open warning naming the key and the message", out)
 	}
 	if st := m.Stats(); st.FailOpen != 1 || st.StoreErrors != 1 {
 		t.Fatalf("Stats = %+v", st)
@@ -120,5 +121,31 @@ func TestRedisGoesDownMidStream(t *testing.T) {
 	}
 	if calls != 1 {
 		t.Fatal("the handler ran while the store was down (fail-closed)")
+	}
+}
+
+// lostOnRelease is a MemoryStore whose Release reports the lease lost.
+type lostOnRelease struct{ *idempotency.MemoryStore }
+
+func (lostOnRelease) Release(context.Context, string, string) error { return idempotency.ErrLeaseLost }
+
+// TestLeaseLinesNameTheMessage: a line about a lease (here: lost before its release after a
+// Retry outcome) names the message's UUID beside the key (issue 15: every line carries it).
+func TestLeaseLinesNameTheMessage(t *testing.T) {
+	t.Parallel()
+	ms, err := idempotency.NewMemoryStore(idempotency.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	m := mustNew(t, idempotency.Config{Store: lostOnRelease{ms}, Policy: fixedPolicy(5, time.Second), LeaseTTL: 2 * time.Second,
+		Key: func(*message.Message) (string, error) { return "order-7", nil }, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	h := m.Wrap(func(*message.Message) ([]*message.Message, error) { return nil, errors.New("smtp down") })
+	if err := deliver(h, "m-42", 1, 5); err == nil {
+		t.Fatal("the handler's error was lost")
+	}
+	out := logs.String()
+	if !strings.Contains(out, "lease lost before release") || !strings.Contains(out, "message_uuid=m-42") || !strings.Contains(out, "key=order-7") {
+		t.Fatalf("log = %q, want the lost-lease line naming the message and the key", out)
 	}
 }

@@ -18,6 +18,8 @@ type Lease struct {
 	AcquiredAt time.Time
 	// SendCutoff is how long after AcquiredAt FanOut may still start a send.
 	SendCutoff time.Duration
+
+	msgUUID string // the message's UUID, for the middleware's log lines
 }
 
 // WasSent reports whether recipient was recorded as finished for this message.

@@ -71,7 +71,7 @@ func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*mes
 		}
 		m.stats.failOpen.Add(1)
 		m.cfg.Logger.WarnContext(parent, "idempotency: store failed, running handler without a lease (fail-open)",
-			"key", key, "error", err)
+			"message_uuid", msg.UUID, "key", key, "error", err)
 		return m.run(h, msg, parent, nil)
 	}
 	switch res {
@@ -94,7 +94,7 @@ func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*mes
 		return nil, millrace.Retry(fmt.Errorf("%w: claim %q: unexpected result %s", ErrStoreUnavailable, key, res))
 	}
 	m.stats.acquired.Add(1)
-	lease := &Lease{Key: key, Owner: owner, Store: m.cfg.Store, AcquiredAt: time.Now(), SendCutoff: m.cfg.SendCutoff}
+	lease := &Lease{Key: key, Owner: owner, Store: m.cfg.Store, AcquiredAt: time.Now(), SendCutoff: m.cfg.SendCutoff, msgUUID: msg.UUID}
 
 	finished := false
 	defer func() {
@@ -116,7 +116,7 @@ func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*mes
 				// Retrying now would dead-letter a message whose work is done; a replay of that
 				// dead letter would do it twice. Keep the handler's result and say so.
 				m.cfg.Logger.WarnContext(parent, "idempotency: lease lost before the message was marked done on its last attempt; keeping the handler's result",
-					"key", key)
+					"message_uuid", msg.UUID, "key", key)
 				return msgs, herr
 			}
 			return nil, millrace.Retry(fmt.Errorf("idempotency: complete %q: %w (the lease expired and may have been taken over)", key, ErrLeaseLost))
@@ -126,7 +126,7 @@ func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*mes
 		m.stats.unmarked.Add(1)
 		m.cfg.Logger.ErrorContext(parent, "idempotency: the handler succeeded but the store could not mark the message done; "+
 			"finishing it. Until the lease expires a redelivery is Busy; after that, a redelivery (a crash before the acknowledgement, a duplicate publish) runs the handler again",
-			"key", key, "lease_ttl", m.cfg.LeaseTTL, "error", err)
+			"message_uuid", msg.UUID, "key", key, "lease_ttl", m.cfg.LeaseTTL, "error", err)
 		return msgs, herr
 	}
 	m.stats.completed.Add(1)
@@ -194,7 +194,7 @@ func (m *Middleware) markDone(parent context.Context, l *Lease) error {
 			return err
 		}
 		m.cfg.Logger.WarnContext(parent, "idempotency: marking the message done failed; trying again",
-			"key", l.Key, "try", try, "pause", pause, "error", err)
+			"message_uuid", l.msgUUID, "key", l.Key, "try", try, "pause", pause, "error", err)
 		select {
 		case <-time.After(pause):
 		case <-parent.Done(): // the consumer is stopping: finish the message without the marker
@@ -221,10 +221,10 @@ func (m *Middleware) release(parent context.Context, l *Lease) {
 		m.stats.released.Add(1)
 	case errors.Is(err, ErrLeaseLost):
 		m.stats.leaseLost.Add(1)
-		m.cfg.Logger.WarnContext(parent, "idempotency: lease lost before release", "key", l.Key)
+		m.cfg.Logger.WarnContext(parent, "idempotency: lease lost before release", "message_uuid", l.msgUUID, "key", l.Key)
 	default:
 		m.stats.storeErrors.Add(1)
 		m.cfg.Logger.WarnContext(parent, "idempotency: release failed; the lease will expire by itself",
-			"key", l.Key, "lease_ttl", m.cfg.LeaseTTL, "error", err)
+			"message_uuid", l.msgUUID, "key", l.Key, "lease_ttl", m.cfg.LeaseTTL, "error", err)
 	}
 }
