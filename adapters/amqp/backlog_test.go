@@ -21,27 +21,9 @@ import (
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/amqp"
 	"github.com/millrace/millrace/brokerurl"
+	"github.com/millrace/millrace/internal/backlogtest"
 	"github.com/millrace/millrace/internal/testenv"
 )
-
-func readBacklog(t *testing.T, a *amqp.Adapter, topic string) millrace.Backlog {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	b, err := a.Backlog(ctx, topic)
-	if err != nil {
-		t.Fatalf("Backlog: %v", err)
-	}
-	return b
-}
-
-func wantBacklog(t *testing.T, what string, got, want millrace.Backlog) {
-	t.Helper()
-	if got.Waiting != want.Waiting || got.InFlight != want.InFlight || got.RetriesWaiting != want.RetriesWaiting ||
-		got.DeadLetters != want.DeadLetters || len(got.Partitions) != 0 {
-		t.Fatalf("%s: backlog %+v, want %+v", what, got, want)
-	}
-}
 
 // TestBacklogReportsAKnownState, on classic and quorum queues: 6 messages published to a
 // provisioned topic are ready; once a router has handled them (2 succeed, 2 are dead-lettered,
@@ -61,13 +43,13 @@ func TestBacklogReportsAKnownState(t *testing.T) {
 			if err := a.Provision(ctx, topic, policy); err != nil {
 				t.Fatal(err)
 			}
-			wantBacklog(t, "provisioned", readBacklog(t, a, topic), millrace.Backlog{InFlight: millrace.Unknown})
+			backlogtest.Want(t, "provisioned", backlogtest.Read(t, a, topic, 5*time.Second), millrace.Backlog{InFlight: millrace.Unknown})
 			for _, p := range []string{"ok", "ok", "dead", "dead", "retry", "hold"} {
 				if err := a.Publisher().Publish(topic, message.NewMessage(watermill.NewUUID(), []byte(p))); err != nil {
 					t.Fatal(err)
 				}
 			}
-			wantBacklog(t, "published", readBacklog(t, a, topic), millrace.Backlog{Waiting: 6, InFlight: millrace.Unknown})
+			backlogtest.Want(t, "published", backlogtest.Read(t, a, topic, 5*time.Second), millrace.Backlog{Waiting: 6, InFlight: millrace.Unknown})
 
 			var mu sync.Mutex
 			calls := 0
@@ -101,10 +83,10 @@ func TestBacklogReportsAKnownState(t *testing.T) {
 				t.Errorf("%d handler calls, want 6", calls)
 			}
 			mu.Unlock()
-			wantBacklog(t, "handled", readBacklog(t, a, topic), millrace.Backlog{InFlight: millrace.Unknown, RetriesWaiting: 1, DeadLetters: 2})
+			backlogtest.Want(t, "handled", backlogtest.Read(t, a, topic, 5*time.Second), millrace.Backlog{InFlight: millrace.Unknown, RetriesWaiting: 1, DeadLetters: 2})
 
 			other := newAdapter(ctx, t, amqp.Config{QueueType: qt})
-			wantBacklog(t, "another adapter", readBacklog(t, other, topic),
+			backlogtest.Want(t, "another adapter", backlogtest.Read(t, other, topic, 5*time.Second),
 				millrace.Backlog{InFlight: millrace.Unknown, RetriesWaiting: millrace.Unknown, DeadLetters: 2})
 			if _, err := other.Backlog(ctx, uniqueTopic("backlog-none")); err == nil {
 				t.Fatal("Backlog of a topic without queues: no error")
@@ -149,28 +131,6 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
-}
-
-// awaitBacklog reads r's backlog of topic until cond holds, for up to 20 s: the management
-// API's counts lag by its statistics interval (5 s).
-func awaitBacklog(t *testing.T, r millrace.BacklogReporter, topic, what string, cond func(millrace.Backlog) bool) millrace.Backlog {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		b, err := r.Backlog(ctx, topic)
-		cancel()
-		if err != nil {
-			t.Fatalf("%s: Backlog: %v", what, err)
-		}
-		if cond(b) {
-			return b
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: timed out, backlog %+v", what, b)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 // TestBacklogInFlightFromManagementAPI, on classic and quorum queues: of 5 messages published,
@@ -221,23 +181,23 @@ func TestBacklogInFlightFromManagementAPI(t *testing.T) {
 				}
 			}
 			want := millrace.Backlog{Waiting: published - held, InFlight: held}
-			got := awaitBacklog(t, a, topic, "held", func(b millrace.Backlog) bool { return b.InFlight == held })
-			wantBacklog(t, "held", got, want)
+			got := backlogtest.Await(t, a, topic, "held", 5*time.Second, 20*time.Second, 200*time.Millisecond, func(b millrace.Backlog) bool { return b.InFlight == held })
+			backlogtest.Want(t, "held", got, want)
 
 			byURL, err := brokerurl.OpenAdapter(ctx, brokerURL()+"?management="+url.QueryEscape(testManagementURL), brokerurl.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer byURL.Close()
-			got = awaitBacklog(t, byURL.(millrace.BacklogReporter), topic, "opened by URL", func(b millrace.Backlog) bool { return b.InFlight == held })
-			wantBacklog(t, "opened by URL", got, millrace.Backlog{Waiting: published - held, InFlight: held, RetriesWaiting: millrace.Unknown})
+			got = backlogtest.Await(t, byURL.(millrace.BacklogReporter), topic, "opened by URL", 5*time.Second, 20*time.Second, 200*time.Millisecond, func(b millrace.Backlog) bool { return b.InFlight == held })
+			backlogtest.Want(t, "opened by URL", got, millrace.Backlog{Waiting: published - held, InFlight: held, RetriesWaiting: millrace.Unknown})
 
 			var logs lockedBuffer
 			closed := newAdapter(ctx, t, amqp.Config{QueueType: qt, ManagementURL: "http://u:secret@127.0.0.1:1",
 				Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 			noAPI := millrace.Backlog{Waiting: published - held, InFlight: millrace.Unknown, RetriesWaiting: millrace.Unknown}
-			wantBacklog(t, "management API on a closed port", readBacklog(t, closed, topic), noAPI)
-			wantBacklog(t, "management API on a closed port, again", readBacklog(t, closed, topic), noAPI)
+			backlogtest.Want(t, "management API on a closed port", backlogtest.Read(t, closed, topic, 5*time.Second), noAPI)
+			backlogtest.Want(t, "management API on a closed port, again", backlogtest.Read(t, closed, topic, 5*time.Second), noAPI)
 			out := logs.String()
 			if n := strings.Count(out, "management API failed"); n != 1 || !strings.Contains(out, "http://127.0.0.1:1 does not answer") ||
 				!strings.Contains(out, topic) || strings.Contains(out, "secret") {
@@ -247,8 +207,8 @@ func TestBacklogInFlightFromManagementAPI(t *testing.T) {
 			if err := ch.Close(); err != nil { // the 2 deliveries go back to the queue
 				t.Fatal(err)
 			}
-			got = awaitBacklog(t, a, topic, "released", func(b millrace.Backlog) bool { return b.InFlight == 0 })
-			wantBacklog(t, "released", got, millrace.Backlog{Waiting: published})
+			got = backlogtest.Await(t, a, topic, "released", 5*time.Second, 20*time.Second, 200*time.Millisecond, func(b millrace.Backlog) bool { return b.InFlight == 0 })
+			backlogtest.Want(t, "released", got, millrace.Backlog{Waiting: published})
 		})
 	}
 }
@@ -312,7 +272,7 @@ func TestBacklogManagementAnswersThatAreNotACount(t *testing.T) {
 		mu.Lock()
 		status, body = tc.status, tc.body
 		mu.Unlock()
-		wantBacklog(t, tc.name, readBacklog(t, a, topic), millrace.Backlog{Waiting: 1, InFlight: tc.want})
+		backlogtest.Want(t, tc.name, backlogtest.Read(t, a, topic, 5*time.Second), millrace.Backlog{Waiting: 1, InFlight: tc.want})
 	}
 	mu.Lock()
 	hang = true
@@ -324,7 +284,7 @@ func TestBacklogManagementAnswersThatAreNotACount(t *testing.T) {
 		t.Errorf("API that hangs: Backlog returned %v after its ctx ended (%v), want the other counts before", err, hangCtx.Err())
 	}
 	hangCancel()
-	wantBacklog(t, "API that hangs", b, millrace.Backlog{Waiting: 1, InFlight: millrace.Unknown})
+	backlogtest.Want(t, "API that hangs", b, millrace.Backlog{Waiting: 1, InFlight: millrace.Unknown})
 	mu.Lock()
 	hang = false
 	defer mu.Unlock()

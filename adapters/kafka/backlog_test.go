@@ -13,37 +13,19 @@ import (
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/kafka"
+	"github.com/millrace/millrace/internal/backlogtest"
 )
 
-func readBacklog(t *testing.T, a *kafka.Adapter, topic string) millrace.Backlog {
+// waitBacklog waits until topic's backlog reads want() (evaluated again on each read: offsets
+// are committed in the background) and returns it.
+func waitBacklog(t *testing.T, a *kafka.Adapter, topic, what string, want func() millrace.Backlog) millrace.Backlog {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	b, err := a.Backlog(ctx, topic)
-	if err != nil {
-		t.Fatalf("Backlog: %v", err)
-	}
-	return b
+	return backlogtest.AwaitEqual(t, a, topic, what, 10*time.Second, waitTimeout, 50*time.Millisecond, want)
 }
 
-func backlogString(b millrace.Backlog) string {
-	return fmt.Sprintf("waiting=%d inflight=%d retries=%d dead=%d partitions=%v", b.Waiting, b.InFlight, b.RetriesWaiting, b.DeadLetters, b.Partitions)
-}
-
-// waitBacklog waits until topic's backlog reads want (offsets are committed in the background).
-func waitBacklog(t *testing.T, a *kafka.Adapter, topic, what string, want millrace.Backlog) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		got := readBacklog(t, a, topic)
-		if backlogString(got) == backlogString(want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: backlog %s, want %s", what, backlogString(got), backlogString(want))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+// is returns want, for waitBacklog.
+func is(want millrace.Backlog) func() millrace.Backlog {
+	return func() millrace.Backlog { return want }
 }
 
 func endOffsets(t *testing.T, topic string, p int32) (lo, hi int64) {
@@ -96,23 +78,6 @@ func offsetLag(t *testing.T, group, topic string) []millrace.PartitionBacklog {
 	return out
 }
 
-// waitBacklogFunc waits until topic's backlog reads want() (evaluated again on each try).
-func waitBacklogFunc(t *testing.T, a *kafka.Adapter, topic, what string, want func() millrace.Backlog) millrace.Backlog {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		w := want()
-		got := readBacklog(t, a, topic)
-		if backlogString(got) == backlogString(w) {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: backlog %s, want %s", what, backlogString(got), backlogString(w))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // TestBacklogCountsAKnownWorkload: 7 records published to a provisioned topic all wait; once a
 // router handled them (3 succeed, 2 are dead-lettered, 1 waits on a 1-minute retry, the last
 // is held by its handler) the lags are the offset lags read from the brokers apart (the held
@@ -139,7 +104,7 @@ func TestBacklogCountsAKnownWorkload(t *testing.T) {
 	parts := func(source, retries int64) []millrace.PartitionBacklog {
 		return []millrace.PartitionBacklog{{Topic: topic, Partition: 0, Lag: source}, {Topic: retry, Partition: 0, Lag: retries}}
 	}
-	waitBacklog(t, a, topic, "provisioned", millrace.Backlog{InFlight: millrace.Unknown, Partitions: parts(0, 0)})
+	waitBacklog(t, a, topic, "provisioned", is(millrace.Backlog{InFlight: millrace.Unknown, Partitions: parts(0, 0)}))
 
 	payloads := []string{"ok", "dead", "ok", "retry", "dead", "ok", "hold"}
 	for _, p := range payloads {
@@ -148,7 +113,7 @@ func TestBacklogCountsAKnownWorkload(t *testing.T) {
 		}
 	}
 	// The publisher writes no transaction: offsets are records.
-	waitBacklog(t, a, topic, "published", millrace.Backlog{Waiting: 7, InFlight: millrace.Unknown, Partitions: parts(7, 0)})
+	waitBacklog(t, a, topic, "published", is(millrace.Backlog{Waiting: 7, InFlight: millrace.Unknown, Partitions: parts(7, 0)}))
 
 	held, release := make(chan struct{}), make(chan struct{})
 	rec := newRecorder()
@@ -168,14 +133,14 @@ func TestBacklogCountsAKnownWorkload(t *testing.T) {
 	unhold := func() { releaseOnce.Do(func() { close(release) }) }
 	t.Cleanup(unhold) // before the router stops (cleanups run last first): a failed wait must not hang it
 	<-held
-	got := waitBacklogFunc(t, a, topic, "handled, one held", want(2))
+	got := waitBacklog(t, a, topic, "handled, one held", want(2))
 	if got.Waiting != 1 || got.RetriesWaiting < 1 || got.RetriesWaiting > 2 {
-		t.Fatalf("handled, one held: %s, want 1 waiting (the held record) and 1 or 2 offsets on the retry topic (its retry, its transaction's marker)", backlogString(got))
+		t.Fatalf("handled, one held: %+v, want 1 waiting (the held record) and 1 or 2 offsets on the retry topic (its retry, its transaction's marker)", got)
 	}
 	unhold()
-	got = waitBacklogFunc(t, a, topic, "released", want(2))
+	got = waitBacklog(t, a, topic, "released", want(2))
 	if got.Waiting != 0 {
-		t.Fatalf("released: %s, want nothing waiting", backlogString(got))
+		t.Fatalf("released: %+v, want nothing waiting", got)
 	}
 
 	lo, hi := endOffsets(t, a.DeadLetterTopic(topic), 0)
@@ -211,7 +176,7 @@ func TestBacklogLagPerPartition(t *testing.T) {
 		return millrace.Backlog{Waiting: lag0 + end1, InFlight: millrace.Unknown, Partitions: []millrace.PartitionBacklog{
 			{Topic: topic, Partition: 0, Lag: lag0}, {Topic: topic, Partition: 1, Lag: end1}}}
 	}
-	waitBacklog(t, a, topic, "nothing committed", want(end0))
+	waitBacklog(t, a, topic, "nothing committed", is(want(end0)))
 
 	client, err := sarama.NewClient(brokers(t), sarama.NewConfig())
 	if err != nil {
@@ -232,7 +197,7 @@ func TestBacklogLagPerPartition(t *testing.T) {
 	if kerr := resp.Errors[topic][0]; !errors.Is(kerr, sarama.ErrNoError) {
 		t.Fatalf("commit offset 2 on %s/0: %v", topic, kerr)
 	}
-	waitBacklog(t, a, topic, "offset 2 committed on partition 0", want(end0-2))
+	waitBacklog(t, a, topic, "offset 2 committed on partition 0", is(want(end0-2)))
 }
 
 // TestBacklogBoundsAndErrors: a done ctx returns its error; a topic that does not exist is
@@ -318,7 +283,7 @@ func TestBacklogDeadLettersCarried(t *testing.T) {
 		t.Helper()
 		var counts []int64
 		for range reads {
-			n := readBacklog(t, a, topic).DeadLetters
+			n := backlogtest.Read(t, a, topic, 10*time.Second).DeadLetters
 			if len(counts) > 0 && n > counts[len(counts)-1] || n < want {
 				t.Fatalf("%s: dead letters read %v then %d, want at least %d, each read at most the last", what, counts, n, want)
 			}
@@ -331,7 +296,7 @@ func TestBacklogDeadLettersCarried(t *testing.T) {
 		if counts[len(counts)-1] != want {
 			t.Fatalf("%s: dead letters read %v, want %d within %d reads", what, counts, want, reads)
 		}
-		if n := readBacklog(t, a, topic).DeadLetters; n != want {
+		if n := backlogtest.Read(t, a, topic, 10*time.Second).DeadLetters; n != want {
 			t.Fatalf("%s: dead letters read %d after %d, want %d", what, n, want, want)
 		}
 	}
@@ -341,7 +306,7 @@ func TestBacklogDeadLettersCarried(t *testing.T) {
 	if lo != 0 || hi != 40 {
 		t.Fatalf("dead-letter topic offsets [%d, %d), want [0, 40): a record and a marker per transaction", lo, hi)
 	}
-	first := readBacklog(t, a, topic).DeadLetters
+	first := backlogtest.Read(t, a, topic, 10*time.Second).DeadLetters
 	t.Logf("first read of 20 dead letters (40 offsets): %d", first)
 	if first <= 20 || first > 40 {
 		t.Fatalf("first read of 2 MB of dead letters: %d, want more than 20 (it fetches about 1 MiB and counts the offsets past that) and at most 40", first)

@@ -13,27 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/internal/backlogtest"
 	"github.com/millrace/millrace/router"
 )
-
-func readBacklog(t *testing.T, a *Adapter, topic string) millrace.Backlog {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	b, err := a.Backlog(ctx, topic)
-	if err != nil {
-		t.Fatalf("Backlog: %v", err)
-	}
-	return b
-}
-
-func wantBacklog(t *testing.T, what string, got, want millrace.Backlog) {
-	t.Helper()
-	if got.Waiting != want.Waiting || got.InFlight != want.InFlight || got.RetriesWaiting != want.RetriesWaiting ||
-		got.DeadLetters != want.DeadLetters || len(got.Partitions) != 0 {
-		t.Fatalf("%s: backlog %+v, want %+v", what, got, want)
-	}
-}
 
 // TestBacklogReportsAKnownState: 6 messages published to a provisioned subject are pending for
 // the consumer; once a router has handled them (2 succeed, 2 are dead-lettered, 1 is nacked
@@ -55,13 +37,13 @@ func TestBacklogReportsAKnownState(t *testing.T) {
 	if err := a.Provision(ctx, topic, policy); err != nil {
 		t.Fatal(err)
 	}
-	wantBacklog(t, "provisioned", readBacklog(t, a, topic), millrace.Backlog{RetriesWaiting: millrace.Unknown})
+	backlogtest.Want(t, "provisioned", backlogtest.Read(t, a, topic, 5*time.Second), millrace.Backlog{RetriesWaiting: millrace.Unknown})
 	for _, p := range []string{"ok", "ok", "dead", "dead", "retry", "hold"} {
 		if err := a.Publisher().Publish(topic, message.NewMessage(watermill.NewUUID(), []byte(p))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	wantBacklog(t, "published", readBacklog(t, a, topic), millrace.Backlog{Waiting: 6, RetriesWaiting: millrace.Unknown})
+	backlogtest.Want(t, "published", backlogtest.Read(t, a, topic, 5*time.Second), millrace.Backlog{Waiting: 6, RetriesWaiting: millrace.Unknown})
 
 	r, err := router.New(router.Config{Adapter: a, Policy: policy, CloseTimeout: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
@@ -126,11 +108,11 @@ func TestBacklogReportsAKnownState(t *testing.T) {
 		t.Errorf("%d handler calls, want 6", calls)
 	}
 	mu.Unlock()
-	wantBacklog(t, "handled", readBacklog(t, a, topic), millrace.Backlog{InFlight: 2, RetriesWaiting: millrace.Unknown, DeadLetters: 2})
+	backlogtest.Want(t, "handled", backlogtest.Read(t, a, topic, 5*time.Second), millrace.Backlog{InFlight: 2, RetriesWaiting: millrace.Unknown, DeadLetters: 2})
 
 	unhold()
 	settle("released", 1)
-	wantBacklog(t, "released", readBacklog(t, a, topic), millrace.Backlog{InFlight: 1, RetriesWaiting: millrace.Unknown, DeadLetters: 2})
+	backlogtest.Want(t, "released", backlogtest.Read(t, a, topic, 5*time.Second), millrace.Backlog{InFlight: 1, RetriesWaiting: millrace.Unknown, DeadLetters: 2})
 }
 
 // TestBacklogWithoutDeadLetterStream: a dead-letter stream that does not exist (deleted, or
@@ -147,5 +129,5 @@ func TestBacklogWithoutDeadLetterStream(t *testing.T) {
 	if err := a.js.DeleteStream(ctx, a.cfg.StreamName(a.DeadLetterTopic(topic))); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Fatal(err)
 	}
-	wantBacklog(t, "no dead-letter stream", readBacklog(t, a, topic), millrace.Backlog{RetriesWaiting: millrace.Unknown})
+	backlogtest.Want(t, "no dead-letter stream", backlogtest.Read(t, a, topic, 5*time.Second), millrace.Backlog{RetriesWaiting: millrace.Unknown})
 }

@@ -11,26 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/internal/backlogtest"
 )
-
-func readBacklog(t *testing.T, a *Adapter, stream string) millrace.Backlog {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	b, err := a.Backlog(ctx, stream)
-	if err != nil {
-		t.Fatalf("Backlog: %v", err)
-	}
-	return b
-}
-
-func wantBacklog(t *testing.T, what string, got, want millrace.Backlog) {
-	t.Helper()
-	if got.Waiting != want.Waiting || got.InFlight != want.InFlight || got.RetriesWaiting != want.RetriesWaiting ||
-		got.DeadLetters != want.DeadLetters || len(got.Partitions) != 0 {
-		t.Fatalf("%s: backlog %+v, want %+v", what, got, want)
-	}
-}
 
 // TestBacklogReportsAKnownState: 6 entries published to a provisioned stream are all waiting;
 // once a router has handled them (2 succeed, 2 are dead-lettered, 1 waits for a 1-minute retry,
@@ -47,14 +29,14 @@ func TestBacklogReportsAKnownState(t *testing.T) {
 	if err := a.Provision(ctx, stream, policy); err != nil {
 		t.Fatal(err)
 	}
-	wantBacklog(t, "provisioned", readBacklog(t, a, stream), millrace.Backlog{})
+	backlogtest.Want(t, "provisioned", backlogtest.Read(t, a, stream, 5*time.Second), millrace.Backlog{})
 	payloads := []string{"ok", "ok", "dead", "dead", "retry", "hold"}
 	for _, p := range payloads {
 		if err := a.Publisher().Publish(stream, message.NewMessage(watermill.NewUUID(), []byte(p))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	wantBacklog(t, "published", readBacklog(t, a, stream), millrace.Backlog{Waiting: 6})
+	backlogtest.Want(t, "published", backlogtest.Read(t, a, stream, 5*time.Second), millrace.Backlog{Waiting: 6})
 
 	held, release := make(chan struct{}), make(chan struct{})
 	runRouter(t, a, stream, policy, 0, func(_ context.Context, msg *message.Message, _ millrace.Attempt) error {
@@ -74,11 +56,11 @@ func TestBacklogReportsAKnownState(t *testing.T) {
 		s := a.Stats()
 		return s.Acked == 4 && s.DeadLettered == 2 && s.RetriesScheduled == 1
 	})
-	wantBacklog(t, "handled", readBacklog(t, a, stream), millrace.Backlog{InFlight: 1, RetriesWaiting: 1, DeadLetters: 2})
+	backlogtest.Want(t, "handled", backlogtest.Read(t, a, stream, 5*time.Second), millrace.Backlog{InFlight: 1, RetriesWaiting: 1, DeadLetters: 2})
 
 	close(release)
 	waitUntil(t, "the held entry acked", 10*time.Second, func() bool { return a.Stats().Acked == 5 })
-	wantBacklog(t, "released", readBacklog(t, a, stream), millrace.Backlog{RetriesWaiting: 1, DeadLetters: 2})
+	backlogtest.Want(t, "released", backlogtest.Read(t, a, stream, 5*time.Second), millrace.Backlog{RetriesWaiting: 1, DeadLetters: 2})
 }
 
 // TestBacklogUnknownLag: when Redis cannot count the group's lag (an entry deleted among the
@@ -99,11 +81,11 @@ func TestBacklogUnknownLag(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
-	wantBacklog(t, "3 added", readBacklog(t, a, stream), millrace.Backlog{Waiting: 3})
+	backlogtest.Want(t, "3 added", backlogtest.Read(t, a, stream, 5*time.Second), millrace.Backlog{Waiting: 3})
 	if err := a.Client().XDel(ctx, stream, ids[1]).Err(); err != nil {
 		t.Fatal(err)
 	}
-	wantBacklog(t, "one deleted", readBacklog(t, a, stream), millrace.Backlog{Waiting: millrace.Unknown})
+	backlogtest.Want(t, "one deleted", backlogtest.Read(t, a, stream, 5*time.Second), millrace.Backlog{Waiting: millrace.Unknown})
 }
 
 // TestBacklogWithoutGroupOrStream: a stream the group never joined reads Waiting and InFlight
@@ -121,7 +103,7 @@ func TestBacklogWithoutGroupOrStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Del(context.Background(), stream) })
-	wantBacklog(t, "no group", readBacklog(t, a, stream), millrace.Backlog{Waiting: millrace.Unknown, InFlight: millrace.Unknown})
+	backlogtest.Want(t, "no group", backlogtest.Read(t, a, stream, 5*time.Second), millrace.Backlog{Waiting: millrace.Unknown, InFlight: millrace.Unknown})
 }
 
 // TestBacklogOverRESP2: the XINFO GROUPS reply is read the same over RESP2 (flat field lists)
@@ -149,7 +131,7 @@ func TestBacklogOverRESP2(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	wantBacklog(t, "RESP2", readBacklog(t, a, stream), millrace.Backlog{Waiting: 3})
+	backlogtest.Want(t, "RESP2", backlogtest.Read(t, a, stream, 5*time.Second), millrace.Backlog{Waiting: 3})
 }
 
 // TestFindGroupReadsUntrustedReplies: fields of another type, a nil or negative lag, and

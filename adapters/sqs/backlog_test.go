@@ -14,37 +14,9 @@ import (
 
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/sqs"
+	"github.com/millrace/millrace/internal/backlogtest"
 	"github.com/millrace/millrace/router"
 )
-
-func readBacklog(t *testing.T, a *sqs.Adapter, topic string) millrace.Backlog {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	b, err := a.Backlog(ctx, topic)
-	if err != nil {
-		t.Fatalf("Backlog: %v", err)
-	}
-	return b
-}
-
-// wantBacklog polls topic's backlog until it reads want (SQS's counts are approximate and may
-// lag; fauxqs's are exact at once) or 30 s pass.
-func wantBacklog(t *testing.T, what string, a *sqs.Adapter, topic string, want millrace.Backlog) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got := readBacklog(t, a, topic)
-		if got.Waiting == want.Waiting && got.InFlight == want.InFlight && got.RetriesWaiting == want.RetriesWaiting &&
-			got.DeadLetters == want.DeadLetters && len(got.Partitions) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: backlog %+v, want %+v", what, got, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // TestBacklogReportsAKnownState: 6 messages published to a provisioned topic are waiting; once
 // a router has handled them (2 succeed, 2 are dead-lettered, 1 waits for its 1-minute retry,
@@ -52,6 +24,13 @@ func wantBacklog(t *testing.T, what string, a *sqs.Adapter, topic string, want m
 // original, so RetriesWaiting is Unknown and the retry counts in flight), 2 dead letters; once
 // the held message is acked, 1 in flight. A topic without queues is an error wrapping
 // ErrQueueMissing, a cancelled context and a closed adapter are errors.
+// wantBacklog polls topic's backlog until it reads want (SQS's counts are approximate and may
+// lag; fauxqs's are exact at once) or 30 s pass.
+func wantBacklog(t *testing.T, what string, a *sqs.Adapter, topic string, want millrace.Backlog) {
+	t.Helper()
+	backlogtest.AwaitEqual(t, a, topic, what, 5*time.Second, 30*time.Second, 50*time.Millisecond, func() millrace.Backlog { return want })
+}
+
 func TestBacklogReportsAKnownState(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
