@@ -68,27 +68,14 @@ type managedQueue struct {
 
 // listQueues returns the queues of b.vhost, from the management API.
 func (b *urlBroker) listQueues(ctx context.Context) ([]managedQueue, error) {
+	resp, cancel, err := managementGet(ctx, b.management, "/api/queues/"+url.PathEscape(b.vhost)+"?columns=name,messages")
+	if err != nil {
+		return nil, fmt.Errorf("list dead-letter queues: %w: listing needs the rabbitmq_management plugin (rabbitmq-plugins enable rabbitmq_management), or the URL parameter management=<its URL>", err)
+	}
+	defer cancel()
 	base := *b.management
 	base.User = nil // the credentials go in the Authorization header, never in a message
-	shown := base.String()
-	endpoint := shown + "/api/queues/" + url.PathEscape(b.vhost) + "?columns=name,messages"
-	ctx, cancel := context.WithTimeout(ctx, managementTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
-	if err != nil {
-		return nil, fmt.Errorf("list dead-letter queues: management API URL %s: %w", shown, err)
-	}
-	user := b.management.User.Username()
-	password, _ := b.management.User.Password()
-	req.SetBasicAuth(user, password)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		var ue *url.Error // its message repeats the request's URL
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("list dead-letter queues: RabbitMQ's management API at %s does not answer (%v): listing needs the rabbitmq_management plugin (rabbitmq-plugins enable rabbitmq_management), or the URL parameter management=<its URL>", shown, err)
-	}
+	shown, user := base.String(), b.management.User.Username()
 	defer resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusOK:
