@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"context"
 	"sync"
 	"time"
 
@@ -20,18 +19,19 @@ func Budget(d time.Duration) message.HandlerMiddleware {
 		}
 		return func(msg *message.Message) ([]*message.Message, error) {
 			parent := msg.Context()
-			var ctx context.Context
-			var cancel context.CancelFunc
+			var deadline time.Time
 			if c, ok := parent.Value(deliveryClockKey{}).(*deliveryClock); ok {
 				// An attempt of a delivery with immediate attempts: they share one deadline,
 				// started by the first of them to get here.
-				ctx, cancel = context.WithDeadline(parent, c.start(time.Now()))
+				deadline = c.start(time.Now())
 			} else {
-				ctx, cancel = context.WithTimeout(parent, d)
+				deadline = time.Now().Add(d)
 			}
+			// The deadline's timer starts only if something waits on it (see budgetCtx).
+			ctx := newBudgetCtx(parent, deadline)
 			msg.SetContext(ctx)
 			defer func() {
-				cancel()
+				ctx.end()
 				msg.SetContext(parent)
 			}()
 			return h(msg)
