@@ -38,6 +38,14 @@ var entries = []entry{
 		Quick: &mode{Benchtime: "200000x", Rounds: 5, Timeout: 10 * time.Minute, Estimate: 15 * time.Second},
 	},
 	{
+		// The stack's cost where adapters run it: a Watermill router's goroutine per message,
+		// with a Budget (the default on Redis Streams and SQS). No target of its own; it is the
+		// ceiling the broker ratios below live under. Sized by -router.msgs: -benchtime 1x.
+		Name: "router-throughput", Pkg: "./router", Bench: "^BenchmarkRouterThroughput$", RoundsFlag: "-router.throughputRounds",
+		Full:  &mode{Benchtime: "1x", Rounds: 7, Timeout: 10 * time.Minute, Estimate: 30 * time.Second},
+		Quick: &mode{Benchtime: "1x", Rounds: 3, Flags: []string{"-router.msgs", "50000"}, Timeout: 5 * time.Minute, Estimate: 5 * time.Second},
+	},
+	{
 		// millrace vs a raw jetstream loop and watermill-nats (bare and behind a router).
 		Name: "nats", Pkg: "./adapters/nats", Bench: "^BenchmarkConsumeAnchors$", RoundsFlag: "-nats.rounds",
 		Full:  &mode{Benchtime: "20000x", Rounds: 7, Timeout: 30 * time.Minute, Estimate: 2 * time.Minute},
