@@ -107,6 +107,34 @@ func BenchmarkConsume(b *testing.B) {
 		})
 		runAndWait(b, r.Run, r.Close, done)
 	})
+	// This adapter's subscriber with no router at all: a goroutine per message acks it, as a
+	// router's per-message goroutine would. Its cost is the adapter's alone (reads, decoding,
+	// hand-out, ack tracking, batched XACKs); the gap to redisstream-subscriber-plain-router is
+	// the Watermill router's, and from there to millrace-window-64 the millrace stack's.
+	b.Run("redisstream-subscriber-bare", func(b *testing.B) {
+		a := benchAdapter(b, Config{})
+		stream := uniqueStream(b)
+		fillStream(b, a, stream, b.N)
+		sub := a.Subscriber()
+		var n atomic.Int64
+		done := make(chan struct{})
+		consume := func(ctx context.Context) error {
+			msgs, err := sub.Subscribe(ctx, stream)
+			if err != nil {
+				return err
+			}
+			for m := range msgs {
+				go func() {
+					if n.Add(1) == int64(b.N) {
+						close(done)
+					}
+					m.Ack()
+				}()
+			}
+			return nil
+		}
+		runAndWait(b, consume, sub.Close, done)
+	})
 	for _, v := range []struct {
 		window int
 		budget time.Duration
