@@ -3,6 +3,7 @@ package middleware
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/millrace/millrace/internal/ctxkey"
@@ -23,17 +24,24 @@ import (
 //
 // It behaves as the WithDeadline it replaces would, at every point a caller can observe:
 // before the deadline Err is nil and Done is open; at or past it Err is DeadlineExceeded and
-// Done closed; once the middleware has returned (end), Err is Canceled if that was before the
-// deadline (the deferred cancel) and DeadlineExceeded if after, and the parent's error
-// whenever the parent was done first.
+// Done closed; when the parent is done first, the parent's error and cause; once the middleware
+// has returned (end), what the deferred cancel left, whatever the parent does later: Canceled if
+// the handler returned before the deadline with the parent not done, else as above.
 type budgetCtx struct {
 	parent   context.Context
 	deadline time.Time
 
-	mu     sync.Mutex
-	armed  context.Context    // nil until armed
-	cancel context.CancelFunc // armed's
-	ended  time.Time          // when the middleware returned (end), if it did before arming
+	// armed points at armedVal once armed; readers load it without the lock.
+	armed    atomic.Pointer[armedCtx]
+	ended    atomic.Bool // end came first, before the deadline and with the parent not done
+	mu       sync.Mutex  // serialises arm and end
+	armedVal armedCtx    // written once, under mu, before armed points at it
+}
+
+// armedCtx is the context that carries a budgetCtx's cancellation, and its cancel.
+type armedCtx struct {
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 func newBudgetCtx(parent context.Context, deadline time.Time) *budgetCtx {
@@ -54,10 +62,10 @@ func (c *budgetCtx) Done() <-chan struct{} { return c.arm().Done() }
 // Err is nil, without arming, while the handler runs, the deadline has not passed and the
 // parent has no error; otherwise it is the armed context's.
 func (c *budgetCtx) Err() error {
-	c.mu.Lock()
-	idle := c.armed == nil && c.ended.IsZero()
-	c.mu.Unlock()
-	if idle && time.Now().Before(c.deadline) && c.parent.Err() == nil {
+	if a := c.armed.Load(); a != nil {
+		return a.ctx.Err()
+	}
+	if !c.ended.Load() && time.Now().Before(c.deadline) && c.parent.Err() == nil {
 		return nil
 	}
 	return c.arm().Err()
@@ -76,39 +84,45 @@ func (c *budgetCtx) Value(key any) any {
 // String names the context as context's own types do.
 func (c *budgetCtx) String() string { return "middleware.Budget(" + c.deadline.String() + ")" }
 
-// arm makes the context that carries the deadline's cancellation, once: a live
-// context.WithDeadline while the handler runs; after end, one already cancelled as the
-// deferred cancel would have left it (Canceled when end came before the deadline,
-// DeadlineExceeded when after, the parent's error when the parent was done first).
+// arm returns the context that carries the cancellation, making it once: a live
+// context.WithDeadline of the parent while the handler runs; after an early end, one already
+// cancelled (Canceled), detached from the parent's cancellation so that nothing the parent does
+// later changes it, with the parent's values.
 func (c *budgetCtx) arm() context.Context {
+	if a := c.armed.Load(); a != nil {
+		return a.ctx
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.armed != nil {
-		return c.armed
+	if a := c.armed.Load(); a != nil {
+		return a.ctx
 	}
-	switch {
-	case c.ended.IsZero():
-		c.armed, c.cancel = context.WithDeadline(c.parent, c.deadline)
-	case c.ended.Before(c.deadline):
-		c.armed, c.cancel = context.WithCancel(c.parent)
-		c.cancel()
-	default:
-		c.armed, c.cancel = context.WithDeadline(c.parent, c.deadline)
-		c.cancel()
+	if c.ended.Load() {
+		c.armedVal.ctx, c.armedVal.cancel = context.WithCancel(context.WithoutCancel(c.parent))
+		c.armedVal.cancel()
+	} else {
+		c.armedVal.ctx, c.armedVal.cancel = context.WithDeadline(c.parent, c.deadline)
 	}
-	return c.armed
+	c.armed.Store(&c.armedVal)
+	return c.armedVal.ctx
 }
 
-// end is the middleware's deferred cancel: it cancels the armed context, or notes when the
-// handler returned for one armed later.
+// end is the middleware's deferred cancel. It cancels the armed context; unarmed, it settles
+// the outcome now: a parent already done or a deadline already passed is taken at once (a
+// WithDeadline that is born cancelled: no timer), and otherwise the context is marked ended
+// early, Canceled for whoever asks later.
 func (c *budgetCtx) end() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.armed != nil {
-		c.cancel()
+	if a := c.armed.Load(); a != nil {
+		a.cancel()
 		return
 	}
-	if c.ended.IsZero() {
-		c.ended = time.Now()
+	if c.parent.Err() != nil || !time.Now().Before(c.deadline) {
+		c.armedVal.ctx, c.armedVal.cancel = context.WithDeadline(c.parent, c.deadline)
+		c.armedVal.cancel()
+		c.armed.Store(&c.armedVal)
+		return
 	}
+	c.ended.Store(true)
 }

@@ -3,6 +3,7 @@ package middleware
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func TestBudgetCtxArmsOnlyWhenAsked(t *testing.T) {
 	if c.Value(key{}) != "v" || c.Err() != nil {
 		t.Fatalf("value %v err %v", c.Value(key{}), c.Err())
 	}
-	if c.armed != nil {
+	if c.armed.Load() != nil {
 		t.Fatal("armed without anyone waiting on it")
 	}
 	select {
@@ -30,7 +31,7 @@ func TestBudgetCtxArmsOnlyWhenAsked(t *testing.T) {
 		t.Fatal("done before the deadline")
 	default:
 	}
-	if c.armed == nil {
+	if c.armed.Load() == nil {
 		t.Fatal("Done did not arm")
 	}
 	c.end()
@@ -146,5 +147,76 @@ func TestBudgetAllocatesOneContextPerMessage(t *testing.T) {
 	})
 	if allocs > 1 {
 		t.Fatalf("%.1f allocations per message, want at most 1", allocs)
+	}
+}
+
+// What the deferred cancel left stays, whatever the parent does after the handler returned
+// (a goroutine the handler started may read the context later; the memory and SQS adapters
+// cancel a message's context once it is settled): the reference is context.WithDeadline
+// cancelled at the same moment.
+func TestBudgetCtxEndIsFinal(t *testing.T) {
+	type outcome struct{ err, cause error }
+	for _, tc := range []struct {
+		name string
+		run  func(newCtx func(parent context.Context, d time.Time) (context.Context, func())) outcome
+	}{
+		{"overran, then the parent is cancelled", func(newCtx func(context.Context, time.Time) (context.Context, func())) outcome {
+			parent, cancel := context.WithCancelCause(context.Background())
+			ctx, end := newCtx(parent, time.Now().Add(20*time.Millisecond))
+			time.Sleep(40 * time.Millisecond) // the handler runs past its budget without looking
+			end()
+			cancel(errors.New("acked"))
+			return outcome{ctx.Err(), context.Cause(ctx)}
+		}},
+		{"ended early, then the parent's earlier deadline passes", func(newCtx func(context.Context, time.Time) (context.Context, func())) outcome {
+			parent, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			ctx, end := newCtx(parent, time.Now().Add(time.Hour))
+			end()
+			<-parent.Done()
+			return outcome{ctx.Err(), context.Cause(ctx)}
+		}},
+		{"ended early, then the parent is cancelled with a cause", func(newCtx func(context.Context, time.Time) (context.Context, func())) outcome {
+			parent, cancel := context.WithCancelCause(context.Background())
+			ctx, end := newCtx(parent, time.Now().Add(time.Hour))
+			end()
+			cancel(errors.New("shutdown"))
+			return outcome{ctx.Err(), context.Cause(ctx)}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := tc.run(func(parent context.Context, d time.Time) (context.Context, func()) {
+				ctx, cancel := context.WithDeadline(parent, d)
+				return ctx, cancel
+			})
+			got := tc.run(func(parent context.Context, d time.Time) (context.Context, func()) {
+				c := newBudgetCtx(parent, d)
+				return c, c.end
+			})
+			if !errors.Is(got.err, want.err) || !errors.Is(got.cause, want.cause) || !errors.Is(want.cause, got.cause) {
+				t.Fatalf("err %v cause %v, WithDeadline gives err %v cause %v", got.err, got.cause, want.err, want.cause)
+			}
+		})
+	}
+}
+
+// A context the handler derives registers with the armed deadline directly (package context
+// finds it through ctxkey.Cancel): no goroutine watches the budget context for it.
+func TestBudgetCtxChildNeedsNoGoroutine(t *testing.T) {
+	c := newBudgetCtx(context.Background(), time.Now().Add(time.Hour))
+	defer c.end()
+	before := runtime.NumGoroutine()
+	var cancels []context.CancelFunc
+	for range 100 {
+		_, cancel := context.WithCancel(c)
+		cancels = append(cancels, cancel)
+	}
+	defer func() {
+		for _, cancel := range cancels {
+			cancel()
+		}
+	}()
+	if after := runtime.NumGoroutine(); after > before+10 {
+		t.Fatalf("%d goroutines for 100 child contexts", after-before)
 	}
 }

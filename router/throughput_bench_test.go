@@ -26,7 +26,9 @@ var (
 // runs it: in a Watermill router, which starts a goroutine per message (so the stack's depth
 // grows a fresh goroutine stack each time) and, with a processing Budget (the default on Redis
 // Streams and SQS), one deadline per message. BenchmarkHandlerChain, on one goroutine and
-// without a Budget, sees neither.
+// without a Budget, sees neither. Its handler never waits on its context, so the deadline's
+// timer is never started (see middleware's budgetCtx): the best case. A handler that hands its
+// context to a client (net/http, an SDK, go-redis, the idempotency guard) starts it, as before.
 //
 // Each turn feeds -router.msgs messages from a subscriber that costs next to nothing (it makes
 // each message, keeps at most 64 unacknowledged, and learns of each ack from a goroutine per
