@@ -12,6 +12,7 @@ import (
 
 	"github.com/millrace/millrace/adapters/redisstream/wire"
 	"github.com/millrace/millrace/deadletter"
+	"github.com/millrace/millrace/internal/ctxkey"
 )
 
 // Entry fields, as watermill-redisstream's DefaultMarshallerUnmarshaller (v1.4.5) writes them:
@@ -69,30 +70,11 @@ func (c *deliveryCtx) Value(key any) any {
 	switch key {
 	case deliveryKey{}:
 		return &c.d
-	case cancelCtxKey:
+	case ctxkey.Cancel:
 		return nil
 	}
 	return c.parent.Value(key)
 }
-
-// cancelCtxKey is the key package context looks up to find a context's cancellation
-// (context.Cause asks a cancelled context's Value for it; context.WithoutCancel answers nil).
-// It is unexported, so it is caught once from the one lookup context.Cause makes on a
-// cancelled context that has no cancellation of package context's own.
-var cancelCtxKey = func() any {
-	p := &keyProbe{Context: context.Background()}
-	_ = context.Cause(p)
-	return p.key
-}()
-
-// keyProbe records the key of the last Value lookup made on it.
-type keyProbe struct {
-	context.Context
-	key any
-}
-
-func (p *keyProbe) Value(key any) any { p.key = key; return nil }
-func (*keyProbe) Err() error          { return context.Canceled }
 
 // addedAt is the time in the entry ID: when the entry was appended. Redis keeps no time of the
 // first delivery, so this stands for it; an explicit ID that is not a plausible time gives zero.
