@@ -63,6 +63,16 @@
 // confirm, so they are pipelined rather than taking turns. Window 1 and Prefetch 1 give one
 // delivery at a time in queue order.
 //
+// What the defaults cost in throughput, as BenchmarkConsumeAnchors measures it (20,000
+// persistent messages a round on a classic queue, a no-op handler, the contenders taking turns
+// round by round on 2 shared cores, load 0.3 to 4.3): in three runs millrace reached a median
+// 0.86x, 0.73x and 0.74x of a raw amqp091 loop with the same credit (qos 48, a multiple ack
+// every 16; single rounds 0.25x to 1.84x), and that loop 0.70x, 1.01x and 0.91x of the same
+// loop at qos 256 acking every 64. The smaller Prefetch cost the raw loop up to 30 % of its
+// rate, in one run nothing; the larger and steadier part of millrace's distance to a raw loop
+// is its work per message in the client process (this package's decoding and settling, the
+// router's and Watermill's handler goroutines), which competes with the broker for the cores.
+//
 // # Untrusted input
 //
 // Everything a delivery carries is untrusted: a producer that is not millrace can set any
