@@ -14,7 +14,7 @@ import (
 // Why not context.WithDeadline: its runtime timer, started for every message and stopped when
 // the handler returns (an insert into and a delete from the P's timer heap, under a lock the
 // scheduler takes too), was the largest cost the middleware stack added per message run by a
-// router (about a tenth of the CPU in the router-ceiling benchmark). Most of the time nobody
+// router (about a tenth of the CPU in router.BenchmarkRouterThroughput). Most of the time nobody
 // waits on it. So budgetCtx arms its deadline, a context.WithDeadline of the parent, only when
 // something asks for its cancellation: Done (a select, context.AfterFunc, a child context, any
 // client that watches ctx), Err once the deadline has passed or the parent has an error, or the
