@@ -94,6 +94,11 @@ func (c *budgetCtx) arm() context.Context {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.armLocked()
+}
+
+// armLocked is arm with c.mu held.
+func (c *budgetCtx) armLocked() context.Context {
 	if a := c.armed.Load(); a != nil {
 		return a.ctx
 	}
@@ -119,9 +124,8 @@ func (c *budgetCtx) end() {
 		return
 	}
 	if c.parent.Err() != nil || !time.Now().Before(c.deadline) {
-		c.armedVal.ctx, c.armedVal.cancel = context.WithDeadline(c.parent, c.deadline)
+		c.armLocked()
 		c.armedVal.cancel()
-		c.armed.Store(&c.armedVal)
 		return
 	}
 	c.ended.Store(true)
