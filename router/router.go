@@ -113,12 +113,16 @@ func (r *Router) Validate() error {
 	return errors.Join(errs...)
 }
 
-// dispatch is the router-level middleware that runs each handler behind its own stack.
+// dispatch is the router-level middleware that runs each handler behind its own stack, and
+// settles the messages that carry a millrace.Settler (see settle).
 func (r *Router) dispatch(h message.HandlerFunc) message.HandlerFunc {
 	var once sync.Once
 	var wrapped message.HandlerFunc
 	return func(msg *message.Message) ([]*message.Message, error) {
 		once.Do(func() { wrapped = wrap(r.stackOf(message.HandlerNameFromCtx(msg.Context())), h) })
+		if s := millrace.SettlerFrom(msg.Context()); s != nil {
+			return settle(msg, s, wrapped)
+		}
 		return wrapped(msg)
 	}
 }
@@ -191,7 +195,9 @@ func (r *Router) Run(ctx context.Context) error {
 		case <-ran:
 		}
 	}()
-	return r.wm.Run(ctx)
+	// Every message of this router's subscriptions reaches dispatch, the outermost middleware,
+	// which keeps the promise: adapters may leave out their goroutine per message.
+	return r.wm.Run(millrace.WithRouterSettles(ctx))
 }
 
 // stop makes the breakers stop holding messages; it is idempotent.
