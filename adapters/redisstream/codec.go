@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/redisstream/wire"
 	"github.com/millrace/millrace/deadletter"
 	"github.com/millrace/millrace/internal/ctxkey"
@@ -57,6 +58,13 @@ func deliveryFrom(msg *message.Message) (*delivery, bool) {
 type deliveryCtx struct {
 	parent context.Context
 	d      delivery
+	// sub is the subscription to tell the verdict when the router settles its messages
+	// (millrace.RouterSettles): the context is then the message's millrace.Settler, answered
+	// for millrace.SettlerKey. nil otherwise: the subscription waits on the message (await).
+	sub *subscription
+	// trace is the stored span context delivered with the entry ("" for none): the
+	// subscription gives it back with the entry if the message is never taken (see drain).
+	trace string
 }
 
 func (*deliveryCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
@@ -70,10 +78,22 @@ func (c *deliveryCtx) Value(key any) any {
 	switch key {
 	case deliveryKey{}:
 		return &c.d
+	case deliveryCtxKey{}:
+		return c
 	case ctxkey.Cancel:
 		return nil
+	case millrace.SettlerKey{}:
+		if c.sub == nil {
+			return nil
+		}
+		return c
 	}
 	return c.parent.Value(key)
+}
+
+// Settle passes the router's verdict on the message to its subscription (see deliveryCtx.sub).
+func (c *deliveryCtx) Settle(_ *message.Message, acked bool) {
+	c.sub.settled(c.d.id, acked)
 }
 
 // addedAt is the time in the entry ID: when the entry was appended. Redis keeps no time of the
@@ -143,4 +163,13 @@ func decodeDeadLetter(id string, fields []string) (*message.Message, error) {
 // cancellation (see deliveryCtx).
 func withDelivery(parent context.Context, d delivery) context.Context {
 	return &deliveryCtx{parent: parent, d: d}
+}
+
+// deliveryCtxKey is the key for which a deliveryCtx returns itself.
+type deliveryCtxKey struct{}
+
+// deliveryCtxOf returns the delivery context of msg as deliver made it, nil if it has none.
+func deliveryCtxOf(msg *message.Message) *deliveryCtx {
+	c, _ := msg.Context().Value(deliveryCtxKey{}).(*deliveryCtx)
+	return c
 }

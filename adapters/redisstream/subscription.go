@@ -23,12 +23,20 @@ const errorPause = 250 * time.Millisecond
 // Config.Window messages in flight: reads and claims ask for at most the free part of the window,
 // so an entry is claimed only when it can be handed out at once (a claimed entry that waited in
 // memory would age towards another consumer's reclaim threshold).
+//
+// The message channel holds a whole window: the loop hands out a read's entries without waiting
+// for the consumer to take each one (a goroutine switch per message, often to the other core).
+// What the consumer has not taken when the loop stops is given back (drain, giveBack).
 type subscription struct {
 	a        *Adapter
 	stream   string
 	consumer string
 	key      ackKey
-	out      chan *message.Message
+	out      chan *message.Message // buffered: Config.Window
+	// routerSettles: the consumer is millrace's router, which tells each message's verdict to
+	// its context (millrace.RouterSettles, deliveryCtx.Settle), so no goroutine per message
+	// waits for it (await).
+	routerSettles bool
 	// deadLetters: the stream is a dead-letter stream (DeadLetterSubscriber): its record fields
 	// are read into the metadata (decodeDeadLetter). Never set for a work stream.
 	deadLetters bool
@@ -67,19 +75,21 @@ type sent struct {
 }
 
 func newSubscription(parent context.Context, a *Adapter, stream string, deadLetters bool) *subscription {
+	settles, msgParent := millrace.RouterSettles(parent)
 	s := &subscription{
-		a:           a,
-		stream:      stream,
-		deadLetters: deadLetters,
-		consumer:    a.consumerName(),
-		key:         ackKey{stream: stream, group: a.cfg.Group},
-		out:         make(chan *message.Message),
-		freed:       make(chan struct{}, 1),
-		loopDone:    make(chan struct{}),
-		cursor:      "-",
+		routerSettles: settles,
+		a:             a,
+		stream:        stream,
+		deadLetters:   deadLetters,
+		consumer:      a.consumerName(),
+		key:           ackKey{stream: stream, group: a.cfg.Group},
+		out:           make(chan *message.Message, a.cfg.Window),
+		freed:         make(chan struct{}, 1),
+		loopDone:      make(chan struct{}),
+		cursor:        "-",
 	}
 	s.ctx, s.cancel = context.WithCancel(parent)
-	s.msgCtx = parent
+	s.msgCtx = msgParent
 	return s
 }
 
@@ -100,6 +110,7 @@ func (s *subscription) run() {
 	defer s.a.bg.Done()
 	defer s.a.unregister(s)
 	s.loop()
+	s.drain()
 	close(s.out)
 	s.giveBack()
 	close(s.loopDone)
@@ -220,10 +231,14 @@ func (s *subscription) deliver(e wire.Entry, count int64, trace string) bool {
 		s.a.cfg.Logger.Warn("redisstream: dropped a stored attempt span context that is not one this adapter writes",
 			slog.String("stream", s.stream), slog.String("entry", e.ID), slog.Int("bytes", len(trace)))
 	}
-	ctx := withDelivery(s.msgCtx, delivery{
+	dc := &deliveryCtx{parent: s.msgCtx, trace: trace, d: delivery{
 		stream: s.stream, group: s.a.cfg.Group, consumer: s.consumer,
 		id: e.ID, count: count, fields: e.Fields, added: addedAt(e.ID),
-	})
+	}}
+	if s.routerSettles {
+		dc.sub = s
+	}
+	var ctx context.Context = dc
 	if err != nil {
 		s.a.stats.malformed.Add(1)
 		ctx = millrace.WithDecodeError(ctx, err)
@@ -237,8 +252,48 @@ func (s *subscription) deliver(e wire.Entry, count int64, trace string) bool {
 		s.unsent = append(s.unsent, sent{id: e.ID, count: count, trace: trace})
 		return false
 	}
-	go s.await(msg, e.ID)
+	if !s.routerSettles {
+		go s.await(msg, e.ID)
+	}
 	return true
+}
+
+// settled takes the verdict on the entry id from the router (see deliveryCtx.Settle): as await
+// does, an ack goes to the acker and a nack leaves the entry pending.
+func (s *subscription) settled(id string, acked bool) {
+	if acked {
+		s.a.acks.add(s.key, id)
+	}
+	s.free()
+}
+
+// free gives a message's place in the window back and wakes the loop.
+func (s *subscription) free() {
+	s.inflight.Add(-1)
+	select {
+	case s.freed <- struct{}{}:
+	default:
+	}
+}
+
+// drain takes back, once the loop stopped, the messages the consumer has not taken from the
+// channel, for giveBack: as an entry the loop could not hand out, each is made due again at
+// once for the group, at no cost of an attempt. A message is nacked (nothing has it, so nothing
+// else can ack it), which ends its await; with the router settling, drain frees its place itself.
+func (s *subscription) drain() {
+	for {
+		select {
+		case msg := <-s.out:
+			dc := deliveryCtxOf(msg)
+			s.unsent = append(s.unsent, sent{id: dc.d.id, count: dc.d.count, trace: dc.trace})
+			msg.Nack()
+			if s.routerSettles {
+				s.free()
+			}
+		default:
+			return
+		}
+	}
 }
 
 // await records the ack of msg for the acker, or leaves the entry pending on nack.
@@ -251,11 +306,7 @@ func (s *subscription) await(msg *message.Message, id string) {
 		// due time, or (a failure that scheduled nothing) it is due after its reclaim threshold.
 	case <-s.a.closing:
 	}
-	s.inflight.Add(-1)
-	select {
-	case s.freed <- struct{}{}:
-	default:
-	}
+	s.free()
 }
 
 // giveBack makes the entries this consumer took but never handed out due at once for every

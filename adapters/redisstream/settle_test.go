@@ -1,0 +1,139 @@
+package redisstream
+
+import (
+	"bytes"
+	"context"
+	"runtime/pprof"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/millrace/millrace"
+)
+
+// awaiting counts the goroutines waiting for a message's verdict in (*subscription).await.
+func awaiting(t *testing.T) int {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&buf, 2); err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Count(buf.Bytes(), []byte("redisstream.(*subscription).await("))
+}
+
+func publishN(t *testing.T, a *Adapter, stream string, n int) {
+	t.Helper()
+	for i := range n {
+		msg := message.NewMessage(watermill.NewUUID(), []byte(strconv.Itoa(i)))
+		if err := a.Publisher().Publish(stream, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Behind millrace's router no goroutine per message waits for its verdict: the router tells it
+// (millrace.RouterSettles); each one cost the message a goroutine switch, often to the other
+// core. A consumer that made no such promise still gets one per message in flight.
+func TestRouterSettlesWithoutAGoroutinePerMessage(t *testing.T) {
+	cfg := testConfig()
+	cfg.Window = 8
+	cfg.ProcessingBudget = 10 * time.Second
+	cfg.MinIdle = 20 * time.Second
+	a := newTestAdapter(t, cfg)
+	stream := uniqueStream(t)
+	publishN(t, a, stream, 8)
+	release := make(chan struct{})
+	rec := runRouter(t, a, stream, millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(time.Second)}, 5*time.Second,
+		func(context.Context, *message.Message, millrace.Attempt) error { <-release; return nil })
+	waitUntil(t, "8 messages in flight", 10*time.Second, func() bool { return a.stats.read.Load() >= 8 })
+	time.Sleep(100 * time.Millisecond) // every handler holds its message
+	if n := awaiting(t); n != 0 {
+		t.Errorf("%d goroutines wait for a verdict the router tells", n)
+	}
+	close(release)
+	rec.waitFor(t, "8 handled", 10*time.Second, func(h []handled) bool { return len(h) == 8 })
+	c := testClient(t)
+	waitUntil(t, "nothing pending", 10*time.Second, func() bool { return pendingCount(t, c, stream, cfg.Group) == 0 })
+
+	// The same adapter's subscriber, consumed by a plain loop: a waiter per message in flight.
+	plain := uniqueStream(t)
+	publishN(t, a, plain, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := a.Subscriber().Subscribe(ctx, plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []*message.Message
+	for range 3 {
+		select {
+		case m := <-ch:
+			msgs = append(msgs, m)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no message")
+		}
+	}
+	// Each waiter starts once its message was handed out: wait for the third.
+	waitUntil(t, "a waiter per message of the plain consumer", 10*time.Second, func() bool { return awaiting(t) == 3 })
+	for _, m := range msgs {
+		m.Ack()
+	}
+	waitUntil(t, "plain consumer's messages acked", 10*time.Second, func() bool { return pendingCount(t, c, plain, cfg.Group) == 0 })
+}
+
+// A subscription hands a whole read to its channel without waiting for the consumer to take
+// each message. When it stops, the messages still in the channel are taken back and given
+// back to the group at once, at no cost of an attempt: as the entries a stopping loop could not
+// hand out always were. (With the channel unbuffered there were none in it.)
+func TestStopGivesBackWhatTheConsumerDidNotTake(t *testing.T) {
+	cfg := testConfig()
+	cfg.Window = 8
+	cfg.ProcessingBudget = 10 * time.Second
+	cfg.MinIdle = 20 * time.Second // nothing is recovered by idleness within the test
+	a := newTestAdapter(t, cfg)
+	stream := uniqueStream(t)
+	publishN(t, a, stream, 10)
+	sub := a.Subscriber()
+	ch, err := sub.Subscribe(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := <-ch // held: the window is full, the other 7 of it wait in the channel
+	waitUntil(t, "the rest of the window in the channel", 10*time.Second, func() bool { return len(ch) == 7 })
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	first.Ack()    // still sent: the adapter is open
+	for range ch { // closed once drained: whatever is left was not taken back
+		t.Error("a message was left in the closed channel")
+	}
+
+	// A new consumer gets the other 9, each as its first delivery.
+	seen := map[string]int{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch2, err := a.Subscriber().Subscribe(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(seen) < 9 {
+		select {
+		case m := <-ch2:
+			if m.UUID == first.UUID {
+				t.Error("the acked message came again")
+			}
+			seen[m.UUID] = a.DecodeAttempt(m).Number
+			m.Ack()
+		case <-time.After(15 * time.Second):
+			t.Fatalf("%d of 9 messages came again", len(seen))
+		}
+	}
+	for uuid, n := range seen {
+		if n != 1 {
+			t.Errorf("message %s came again as delivery %d: the stop cost it an attempt", uuid, n)
+		}
+	}
+}
