@@ -157,12 +157,17 @@
 // of the window concurrently, so with Window > 1 there is no ordering; with Window 1 a
 // subscription handles its entries one at a time in stream order. Retries are out of order in
 // every case: a failed entry comes back after its delay, behind later entries. Several
-// subscriptions (in one process or many) split a stream between them.
+// subscriptions (in one process or many) split a stream between them. A read's messages wait
+// in the subscription's channel (it holds the whole window) for the consumer to take them.
+// Behind millrace's router, which tells the adapter every message's verdict
+// (millrace.RouterSettles), no goroutine per message waits for it; any other consumer has one
+// per message in flight.
 //
 // Delivery is at least once: an ack not yet flushed when a process dies, or a handler that
 // overruns MinIdle, gives a second delivery. Closing a subscription stops reading; messages in
 // flight finish and their acks are still sent while the adapter is open; entries read but not
-// yet handed out are given back at once without costing an attempt.
+// yet handed out, or handed to the channel and not taken by the consumer, are given back at
+// once without costing an attempt.
 //
 // # Crashes
 //
