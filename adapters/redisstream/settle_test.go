@@ -45,12 +45,14 @@ func TestRouterSettlesWithoutAGoroutinePerMessage(t *testing.T) {
 	a := newTestAdapter(t, cfg)
 	stream := uniqueStream(t)
 	publishN(t, a, stream, 8)
+	// Waiters of earlier tests' adapters may still be on their way out: count against them.
+	base := awaiting(t)
 	release := make(chan struct{})
 	rec := runRouter(t, a, stream, millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(time.Second)}, 5*time.Second,
 		func(context.Context, *message.Message, millrace.Attempt) error { <-release; return nil })
 	waitUntil(t, "8 messages in flight", 10*time.Second, func() bool { return a.stats.read.Load() >= 8 })
 	time.Sleep(100 * time.Millisecond) // every handler holds its message
-	if n := awaiting(t); n != 0 {
+	if n := awaiting(t) - base; n > 0 {
 		t.Errorf("%d goroutines wait for a verdict the router tells", n)
 	}
 	close(release)
@@ -77,7 +79,7 @@ func TestRouterSettlesWithoutAGoroutinePerMessage(t *testing.T) {
 		}
 	}
 	// Each waiter starts once its message was handed out: wait for the third.
-	waitUntil(t, "a waiter per message of the plain consumer", 10*time.Second, func() bool { return awaiting(t) == 3 })
+	waitUntil(t, "a waiter per message of the plain consumer", 10*time.Second, func() bool { return awaiting(t) >= 3 })
 	for _, m := range msgs {
 		m.Ack()
 	}
