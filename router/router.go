@@ -60,6 +60,8 @@ func New(cfg Config) (*Router, error) {
 	// each handler behind the stack of that handler's own settings. A router-level middleware
 	// is applied once per handler without its name, which the first message's context gives.
 	wm.AddMiddleware(r.dispatch)
+	// The first subscriber decorator; Run adds the last (see settle.go).
+	wm.AddSubscriberDecorators(newChainStart)
 	return r, nil
 }
 
@@ -75,7 +77,7 @@ func (r *Router) Handle(name, topic string, h HandlerFunc, opts ...HandlerOption
 // override the router's settings for this handler.
 func (r *Router) HandleMessage(name, topic string, h message.NoPublishHandlerFunc, opts ...HandlerOption) {
 	r.register(name, topic, opts)
-	r.wm.AddConsumerHandler(name, topic, r.cfg.Adapter.Subscriber(), h)
+	r.wm.AddConsumerHandler(name, topic, adapterSubscriber{r.cfg.Adapter.Subscriber()}, h)
 }
 
 // register builds and keeps the stack of the handler name; an invalid setting is kept as the
@@ -118,12 +120,15 @@ func (r *Router) Validate() error {
 func (r *Router) dispatch(h message.HandlerFunc) message.HandlerFunc {
 	var once sync.Once
 	var wrapped message.HandlerFunc
-	return func(msg *message.Message) ([]*message.Message, error) {
+	run := func(msg *message.Message) ([]*message.Message, error) {
 		once.Do(func() { wrapped = wrap(r.stackOf(message.HandlerNameFromCtx(msg.Context())), h) })
-		if s := millrace.SettlerFrom(msg.Context()); s != nil {
-			return settle(msg, s, wrapped)
-		}
 		return wrapped(msg)
+	}
+	return func(msg *message.Message) ([]*message.Message, error) {
+		if s := millrace.SettlerFrom(msg.Context()); s != nil {
+			return settle(msg, s, run)
+		}
+		return run(msg)
 	}
 }
 
@@ -195,9 +200,13 @@ func (r *Router) Run(ctx context.Context) error {
 		case <-ran:
 		}
 	}()
-	// Every message of this router's subscriptions reaches dispatch, the outermost middleware,
-	// which keeps the promise: adapters may leave out their goroutine per message.
-	return r.wm.Run(millrace.WithRouterSettles(ctx))
+	// The last subscriber decorator, after those of every plugin added before Run (see
+	// settle.go): plugins run in the order they were added, before the handlers subscribe.
+	r.wm.AddPlugin(func(wm *message.Router) error {
+		wm.AddSubscriberDecorators(chainEnd)
+		return nil
+	})
+	return r.wm.Run(ctx)
 }
 
 // stop makes the breakers stop holding messages; it is idempotent.
@@ -214,7 +223,9 @@ func (r *Router) Close() error {
 	return r.wm.Close()
 }
 
-// Watermill returns the underlying Watermill router, for plugins and decorators.
+// Watermill returns the underlying Watermill router, for plugins and decorators. A subscriber
+// decorator added after Run has started must hand every message on to the handler (see
+// settle.go).
 func (r *Router) Watermill() *message.Router { return r.wm }
 
 // observeBacklogs has Config.Telemetry report every handler topic's Backlog as gauges while the

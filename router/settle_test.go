@@ -25,14 +25,40 @@ type settlingMemory struct {
 
 type settleRecord struct {
 	mu       sync.Mutex
-	promised []bool            // per Subscribe: whether the consumer promised to settle
+	promised map[string]bool   // per topic subscribed: whether the consumer promised to settle
 	told     map[string][]bool // per message UUID: the verdicts told
+	leaked   []string          // topics whose handlers saw a promise in their message's context
 }
 
-func (r *settleRecord) Settle(msg *message.Message, acked bool) {
+func newSettleRecord() *settleRecord {
+	return &settleRecord{promised: map[string]bool{}, told: map[string][]bool{}}
+}
+
+type recordSettler struct {
+	rec *settleRecord
+	msg *message.Message
+}
+
+func (s recordSettler) Settle(msg *message.Message, acked bool) {
+	if msg != s.msg {
+		return
+	}
+	s.rec.mu.Lock()
+	defer s.rec.mu.Unlock()
+	s.rec.told[msg.UUID] = append(s.rec.told[msg.UUID], acked)
+}
+
+func (r *settleRecord) promise(topic string) (bool, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.told[msg.UUID] = append(r.told[msg.UUID], acked)
+	on, ok := r.promised[topic]
+	return on, ok
+}
+
+func (r *settleRecord) verdicts(uuid string) []bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]bool(nil), r.told[uuid]...)
 }
 
 func (s settlingMemory) Subscriber() message.Subscriber {
@@ -45,9 +71,9 @@ type settlingSub struct {
 }
 
 func (s settlingSub) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	on, ctx := millrace.RouterSettles(ctx)
+	on := millrace.RouterSettles(ctx)
 	s.rec.mu.Lock()
-	s.rec.promised = append(s.rec.promised, on)
+	s.rec.promised[topic] = on
 	s.rec.mu.Unlock()
 	in, err := s.Subscriber.Subscribe(ctx, topic)
 	if err != nil || !on {
@@ -57,101 +83,168 @@ func (s settlingSub) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	go func() {
 		defer close(out)
 		for msg := range in {
-			msg.SetContext(millrace.WithSettler(msg.Context(), s.rec))
+			msg.SetContext(millrace.WithSettler(msg.Context(), recordSettler{rec: s.rec, msg: msg}))
 			out <- msg
 		}
 	}()
 	return out, nil
 }
 
-// The router keeps its promise to settle: every message of its subscriptions, whatever its
-// handler's outcome, has its Settler told the verdict exactly once, the one the message keeps.
-func TestRouterTellsEveryVerdictOnce(t *testing.T) {
-	rec := &settleRecord{told: map[string][]bool{}}
-	a := settlingMemory{Adapter: newMemory(t, memory.Config{}), rec: rec}
+func newSettlingRouter(t *testing.T) (settlingMemory, *router.Router) {
+	t.Helper()
+	a := settlingMemory{Adapter: newMemory(t, memory.Config{}), rec: newSettleRecord()}
 	policy := millrace.RetryPolicy{MaxAttempts: 2, Backoff: millrace.Fixed(10 * time.Millisecond)}
 	r, err := router.New(router.Config{Adapter: a, Policy: policy})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var handled sync.WaitGroup
-	handled.Add(5) // ok, retry (twice), discard, produced
-	r.Handle("ok", "t.ok", func(context.Context, *message.Message, millrace.Attempt) error {
-		handled.Done()
+	return a, r
+}
+
+func runUntilRunning(t *testing.T, r *router.Router) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-r.Running():
+	case err := <-done:
+		t.Fatalf("router stopped: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("router not running")
+	}
+}
+
+func publish(t *testing.T, a settlingMemory, topic string) string {
+	t.Helper()
+	msg := message.NewMessage(watermill.NewUUID(), []byte(topic))
+	if err := a.Publisher().Publish(topic, msg); err != nil {
+		t.Fatal(err)
+	}
+	return msg.UUID
+}
+
+// eventually polls cond for up to 10 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// The router keeps its promise to settle: every message of its handlers' subscriptions,
+// whatever the outcome, has its Settler told the verdict the message keeps, exactly once per
+// delivery; a message its handler publishes with the source's context (HandleProducing)
+// settles nothing of the source's.
+func TestRouterTellsEveryVerdictOnce(t *testing.T) {
+	a, r := newSettlingRouter(t)
+	var leakMu sync.Mutex
+	var leaked []string
+	look := func(topic string, ctx context.Context) {
+		// The promise never reaches a handler's context: a subscription made from it would
+		// be given a promise its consumer does not keep.
+		if millrace.RouterSettles(ctx) {
+			leakMu.Lock()
+			leaked = append(leaked, topic)
+			leakMu.Unlock()
+		}
+	}
+	r.Handle("ok", "t.ok", func(ctx context.Context, _ *message.Message, _ millrace.Attempt) error {
+		look("t.ok", ctx)
 		return nil
 	})
 	r.Handle("retry", "t.retry", func(_ context.Context, _ *message.Message, at millrace.Attempt) error {
-		handled.Done()
 		if at.Number == 1 {
 			return millrace.Retry(errors.New("once"))
 		}
 		return nil
 	})
 	r.Handle("discard", "t.discard", func(context.Context, *message.Message, millrace.Attempt) error {
-		handled.Done()
 		return millrace.Discard(errors.New("never"))
 	})
-	// A Watermill handler added directly, with a publisher: Watermill publishes what it
-	// returns after dispatch, and acks only then.
-	r.Watermill().AddHandler("produced", "t.produced", a.Subscriber(), "t.out", a.Publisher(), func(msg *message.Message) ([]*message.Message, error) {
-		handled.Done()
+	// Its outputs go to t.out, handled by the same router, with the source's context.
+	r.HandleProducing("produce", "t.produce", "t.out", a.Publisher(), func(ctx context.Context, msg *message.Message, _ millrace.Attempt) ([]*message.Message, error) {
 		return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte("out"))}, nil
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	<-r.Running()
-	uuids := map[string]string{}
-	for _, topic := range []string{"t.ok", "t.retry", "t.discard", "t.produced"} {
-		msg := message.NewMessage(watermill.NewUUID(), []byte(topic))
-		uuids[topic] = msg.UUID
-		if err := a.Publisher().Publish(topic, msg); err != nil {
-			t.Fatal(err)
-		}
+	outs := make(chan string, 1)
+	r.Handle("out", "t.out", func(_ context.Context, msg *message.Message, _ millrace.Attempt) error {
+		outs <- msg.UUID
+		return nil
+	})
+	runUntilRunning(t, r)
+	want := map[string][]bool{}
+	want[publish(t, a, "t.ok")] = []bool{true}
+	want[publish(t, a, "t.retry")] = []bool{true, true} // the failed delivery's retry was scheduled: acked
+	want[publish(t, a, "t.discard")] = []bool{true}
+	want[publish(t, a, "t.produce")] = []bool{true}
+	want[<-outs] = []bool{true}
+	for uuid, w := range want {
+		eventually(t, "every verdict", func() bool { return len(a.rec.verdicts(uuid)) >= len(w) })
 	}
-	waitGroup(t, &handled)
-	want := map[string][]bool{"t.ok": {true}, "t.retry": {true, true}, "t.discard": {true}, "t.produced": {true}}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		rec.mu.Lock()
-		complete := true
-		for topic, w := range want {
-			if len(rec.told[uuids[topic]]) < len(w) {
-				complete = false
+	time.Sleep(50 * time.Millisecond) // a second verdict for a delivery would show here
+	for uuid, w := range want {
+		got := a.rec.verdicts(uuid)
+		if len(got) != len(w) {
+			t.Errorf("message %s: verdicts %v, want %v", uuid, got, w)
+			continue
+		}
+		for i := range w {
+			if got[i] != w[i] {
+				t.Errorf("message %s: verdicts %v, want %v", uuid, got, w)
 			}
 		}
-		rec.mu.Unlock()
-		if complete || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(50 * time.Millisecond) // a second verdict for the same delivery would show here
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	for _, on := range rec.promised {
-		if !on {
-			t.Error("a subscription of the router's was made without its promise to settle")
+	for _, topic := range []string{"t.ok", "t.retry", "t.discard", "t.produce", "t.out"} {
+		if on, ok := a.rec.promise(topic); !ok || !on {
+			t.Errorf("%s: subscribed %v, promised %v; want a promise", topic, ok, on)
 		}
 	}
-	if len(rec.promised) != 4 {
-		t.Errorf("%d subscriptions, want 4", len(rec.promised))
-	}
-	for topic, w := range want {
-		if got := rec.told[uuids[topic]]; len(got) != len(w) || got[0] != w[0] || got[len(got)-1] != w[len(w)-1] {
-			t.Errorf("%s: verdicts %v, want %v", topic, got, w)
-		}
+	leakMu.Lock()
+	defer leakMu.Unlock()
+	if len(leaked) > 0 {
+		t.Errorf("the promise reached the handler's context on %v", leaked)
 	}
 }
 
-func waitGroup(t *testing.T, wg *sync.WaitGroup) {
-	t.Helper()
-	ch := make(chan struct{})
-	go func() { wg.Wait(); close(ch) }()
-	select {
-	case <-ch:
-	case <-time.After(10 * time.Second):
-		t.Fatal("handlers not called in time")
+// A subscriber decorator may drop a message (acking it) or hand on another: the router cannot
+// settle what never reaches it, so it promises nothing when one stands between the adapter and
+// its handlers, whether added before Run or by a plugin; nor for a handler added to Watermill
+// directly with a subscriber of the user's, which may do the same.
+func TestRouterPromisesNothingPastADecorator(t *testing.T) {
+	dropFirst := func(sub message.Subscriber) (message.Subscriber, error) {
+		return message.MessageTransformSubscriberDecorator(func(*message.Message) {})(sub)
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(*router.Router, settlingMemory)
+		topic string
+	}{
+		{"decorator before Run", func(r *router.Router, _ settlingMemory) { r.Watermill().AddSubscriberDecorators(dropFirst) }, "t.a"},
+		{"decorator of a plugin", func(r *router.Router, _ settlingMemory) {
+			r.Watermill().AddPlugin(func(wm *message.Router) error {
+				wm.AddSubscriberDecorators(dropFirst)
+				return nil
+			})
+		}, "t.a"},
+		{"own subscriber on Watermill", func(r *router.Router, a settlingMemory) {
+			r.Watermill().AddNoPublisherHandler("direct", "t.direct", wrappedSub{a.Subscriber()}, func(*message.Message) error { return nil })
+		}, "t.direct"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, r := newSettlingRouter(t)
+			r.Handle("a", "t.a", func(context.Context, *message.Message, millrace.Attempt) error { return nil })
+			tc.setup(r, a)
+			runUntilRunning(t, r)
+			eventually(t, "the subscription", func() bool { _, ok := a.rec.promise(tc.topic); return ok })
+			if on, _ := a.rec.promise(tc.topic); on {
+				t.Errorf("%s subscribed with a promise to settle", tc.topic)
+			}
+		})
 	}
 }
+
+// wrappedSub is a subscriber of the user's around the adapter's.
+type wrappedSub struct{ message.Subscriber }
