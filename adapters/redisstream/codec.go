@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -62,6 +63,12 @@ type deliveryCtx struct {
 	// (millrace.RouterSettles): the context is then the message's millrace.Settler, answered
 	// for millrace.SettlerKey. nil otherwise: the subscription waits on the message (await).
 	sub *subscription
+	// msg is the message the context was made for: Settle ignores any other (a message a
+	// handler published with a context derived from this one carries the same Settler).
+	msg *message.Message
+	// told is set by the first Settle that counts: a verdict frees one place in the window
+	// and sends one ack, never two.
+	told atomic.Bool
 	// trace is the stored span context delivered with the entry ("" for none): the
 	// subscription gives it back with the entry if the message is never taken (see drain).
 	trace string
@@ -91,8 +98,12 @@ func (c *deliveryCtx) Value(key any) any {
 	return c.parent.Value(key)
 }
 
-// Settle passes the router's verdict on the message to its subscription (see deliveryCtx.sub).
-func (c *deliveryCtx) Settle(_ *message.Message, acked bool) {
+// Settle passes the router's verdict on the message to its subscription (see deliveryCtx.sub),
+// once, and only for the message the context was made for.
+func (c *deliveryCtx) Settle(msg *message.Message, acked bool) {
+	if msg != c.msg || !c.told.CompareAndSwap(false, true) {
+		return
+	}
 	c.sub.settled(c.d.id, acked)
 }
 

@@ -103,7 +103,12 @@ func TestStopGivesBackWhatTheConsumerDidNotTake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := <-ch // held: the window is full, the other 7 of it wait in the channel
+	var first *message.Message
+	select {
+	case first = <-ch: // held: the window is full, the other 7 of it wait in the channel
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message")
+	}
 	waitUntil(t, "the rest of the window in the channel", 10*time.Second, func() bool { return len(ch) == 7 })
 	if err := sub.Close(); err != nil {
 		t.Fatal(err)
@@ -137,5 +142,74 @@ func TestStopGivesBackWhatTheConsumerDidNotTake(t *testing.T) {
 		if n != 1 {
 			t.Errorf("message %s came again as delivery %d: the stop cost it an attempt", uuid, n)
 		}
+	}
+}
+
+// A message's delivery context is its Settler: it counts the verdict on that message once, and
+// ignores any other message (one a handler published with a context derived from it carries
+// the same Settler): a second count would free a place in the window that was never taken, and
+// the subscription would read more than its Window.
+func TestDeliverySettlesItsOwnMessageOnce(t *testing.T) {
+	a := newTestAdapter(t, testConfig())
+	s := newSubscription(context.Background(), a, uniqueStream(t), false)
+	msg := message.NewMessage(watermill.NewUUID(), nil)
+	dc := &deliveryCtx{parent: context.Background(), sub: s, msg: msg, d: delivery{id: "1-1"}}
+	msg.SetContext(dc)
+	s.inflight.Store(1)
+	derived := message.NewMessage(watermill.NewUUID(), nil)
+	derived.SetContext(context.WithValue(msg.Context(), struct{}{}, 1))
+	settler := millrace.SettlerFrom(derived.Context())
+	if settler == nil {
+		t.Fatal("no Settler in a context derived from the delivery's")
+	}
+	settler.Settle(derived, true)
+	if n := s.inflight.Load(); n != 1 {
+		t.Fatalf("another message's verdict freed the delivery's place: in flight %d, want 1", n)
+	}
+	millrace.SettlerFrom(msg.Context()).Settle(msg, true)
+	millrace.SettlerFrom(msg.Context()).Settle(msg, true)
+	if n := s.inflight.Load(); n != 0 {
+		t.Fatalf("in flight %d after two verdicts on one message, want 0", n)
+	}
+	if _, ok := a.acks.unsettled(s.key)["1-1"]; !ok {
+		t.Fatal("the ack was not handed to the acker")
+	}
+}
+
+// Behind a router that settles, the messages it has not taken from the channel when the
+// subscription stops are given back, and their places freed: nothing waits for a verdict that
+// will never come (the subscription's cleanup would wait for them until the adapter closed).
+func TestStopGivesBackWhatTheRouterDidNotTake(t *testing.T) {
+	cfg := testConfig()
+	cfg.Window = 8
+	cfg.ProcessingBudget = 10 * time.Second
+	cfg.MinIdle = 20 * time.Second
+	a := newTestAdapter(t, cfg)
+	stream := uniqueStream(t)
+	publishN(t, a, stream, 8)
+	sub := a.Subscriber().(*subscriber)
+	ctx, end := millrace.WithRouterSettles(context.Background()) // as the router subscribes
+	ch, err := sub.Subscribe(ctx, stream)
+	end()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.mu.Lock()
+	s := sub.subs[0]
+	sub.mu.Unlock()
+	if !s.routerSettles {
+		t.Fatal("the subscription did not take the promise")
+	}
+	waitUntil(t, "the window in the channel", 10*time.Second, func() bool { return len(ch) == 8 })
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.inflight.Load(); n != 0 {
+		t.Fatalf("%d places still taken after the stop", n)
+	}
+	c := testClient(t)
+	due, err := c.ZCard(context.Background(), a.retryKey(stream)).Result()
+	if err != nil || due != 8 {
+		t.Fatalf("%d entries made due again (%v), want 8", due, err)
 	}
 }

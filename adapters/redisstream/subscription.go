@@ -75,9 +75,8 @@ type sent struct {
 }
 
 func newSubscription(parent context.Context, a *Adapter, stream string, deadLetters bool) *subscription {
-	settles, msgParent := millrace.RouterSettles(parent)
 	s := &subscription{
-		routerSettles: settles,
+		routerSettles: millrace.RouterSettles(parent),
 		a:             a,
 		stream:        stream,
 		deadLetters:   deadLetters,
@@ -89,7 +88,7 @@ func newSubscription(parent context.Context, a *Adapter, stream string, deadLett
 		cursor:        "-",
 	}
 	s.ctx, s.cancel = context.WithCancel(parent)
-	s.msgCtx = msgParent
+	s.msgCtx = parent
 	return s
 }
 
@@ -236,7 +235,7 @@ func (s *subscription) deliver(e wire.Entry, count int64, trace string) bool {
 		id: e.ID, count: count, fields: e.Fields, added: addedAt(e.ID),
 	}}
 	if s.routerSettles {
-		dc.sub = s
+		dc.sub, dc.msg = s, msg
 	}
 	var ctx context.Context = dc
 	if err != nil {
@@ -287,7 +286,7 @@ func (s *subscription) drain() {
 			dc := deliveryCtxOf(msg)
 			s.unsent = append(s.unsent, sent{id: dc.d.id, count: dc.d.count, trace: dc.trace})
 			msg.Nack()
-			if s.routerSettles {
+			if s.routerSettles && dc.told.CompareAndSwap(false, true) {
 				s.free()
 			}
 		default:
