@@ -143,22 +143,44 @@ func (c *writeBoundConn) Write(b []byte) (int, error) {
 // the wait for the broker's channel.open-ok (amqp091's has no bound: a blocked or silent
 // connection never answers); a channel that opens after ctx ended is closed.
 func (c *connection) channel(ctx context.Context) (*amqp091.Channel, error) {
+	ch, _, err := c.channelOn(ctx)
+	return ch, err
+}
+
+// channelOn is channel, also returning the connection the channel is on.
+func (c *connection) channelOn(ctx context.Context) (*amqp091.Channel, *amqp091.Connection, error) {
 	for try := 0; ; try++ {
 		conn, err := c.get(ctx)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		ch, err := openChannel(ctx, conn)
 		if err == nil {
-			return ch, nil
+			return ch, conn, nil
 		}
 		if ctx.Err() != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if try > 0 || !conn.IsClosed() {
-			return nil, fmt.Errorf("amqp: open channel: %w", err)
+			return nil, nil, fmt.Errorf("amqp: open channel: %w", err)
 		}
 	}
+}
+
+// drop forgets conn, if it is still the live connection, after a write on it failed: amqp091
+// shuts such a connection down, but on a goroutine of its own, and until it has, IsClosed says
+// false and a publish that comes meanwhile writes on it again and fails the same way (seen in
+// TestPublishTimeoutBoundsAStuckWrite on a loaded machine). The next get dials a new one; conn
+// is closed in the background (its send lock may still be held by the failed write).
+func (c *connection) drop(conn *amqp091.Connection) {
+	c.mu.Lock()
+	if c.conn != conn {
+		c.mu.Unlock()
+		return
+	}
+	c.conn = nil
+	c.mu.Unlock()
+	go func() { _ = conn.CloseDeadline(time.Now().Add(closeTimeout)) }()
 }
 
 // openChannel opens a channel on conn within ctx.

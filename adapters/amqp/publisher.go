@@ -3,7 +3,9 @@ package amqp
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -27,6 +29,7 @@ import (
 // recorded it.
 type lane struct {
 	ch      *amqp091.Channel
+	conn    *amqp091.Connection // the connection ch is on
 	barrier chan chan struct{}
 	dead    chan struct{} // closed when the channel closed and its returns were all read
 
@@ -150,7 +153,7 @@ func (p *publishers) lane(ctx context.Context) (*lane, error) {
 	if l := p.pick(false); l != nil {
 		return l, nil
 	}
-	ch, err := p.conn.channel(ctx)
+	ch, conn, err := p.conn.channelOn(ctx)
 	if err != nil {
 		if l := p.pick(true); l != nil { // a lane that is busy beats none
 			return l, nil
@@ -162,6 +165,7 @@ func (p *publishers) lane(ctx context.Context) (*lane, error) {
 		return nil, fmt.Errorf("amqp: enable publisher confirms: %w", err)
 	}
 	l := newLane(ch)
+	l.conn = conn
 	p.mu.Lock()
 	l.users++
 	p.lanes = append(p.lanes, l)
@@ -193,6 +197,18 @@ func (p *publishers) pick(busy bool) *lane {
 	}
 	best.users++
 	return best
+}
+
+// forget drops l from the lanes: its connection failed.
+func (p *publishers) forget(l *lane) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, x := range p.lanes {
+		if x == l {
+			p.lanes = append(p.lanes[:i], p.lanes[i+1:]...)
+			return
+		}
+	}
 }
 
 // done gives back a lane taken with lane.
@@ -265,6 +281,12 @@ func (p *publishers) publish(ctx context.Context, exchange string, keys []string
 	for i, pub := range pubs {
 		dc, err := l.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, keys[i], mandatory, false, pub)
 		if err != nil {
+			if _, ok := errors.AsType[net.Error](err); ok {
+				// The socket write failed (PublishTimeout's write deadline, a reset): the
+				// connection is done for, whatever IsClosed says yet.
+				p.conn.drop(l.conn)
+				p.forget(l)
+			}
 			return fmt.Errorf("amqp: publish to %q with key %q: %w", exchange, keys[i], err)
 		}
 		dcs = append(dcs, dc)
