@@ -160,8 +160,8 @@
 // subscriptions (in one process or many) split a stream between them. A read's messages wait
 // in the subscription's channel (it holds the whole window) for the consumer to take them.
 // Behind millrace's router, which tells the adapter every message's verdict
-// (millrace.RouterSettles), no goroutine per message waits for it; any other consumer has one
-// per message in flight.
+// (millrace.RouterSettles: its own handlers, with no Watermill subscriber decorator between),
+// no goroutine per message waits for it; any other consumer has one per message in flight.
 //
 // Delivery is at least once: an ack not yet flushed when a process dies, or a handler that
 // overruns MinIdle, gives a second delivery. Closing a subscription stops reading; messages in
