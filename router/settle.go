@@ -38,12 +38,11 @@ func newChainStart(sub message.Subscriber) (message.Subscriber, error) {
 	return &chainStart{Subscriber: sub}, nil
 }
 
-// Subscribe marks ctx when the chain is clean.
+// Subscribe marks ctx with whether the chain is clean, always: a mark inherited from an outer
+// context (a router run from a context derived from another router's message) says nothing of
+// this chain.
 func (c *chainStart) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	if c.clean.Load() {
-		ctx = context.WithValue(ctx, chainCleanKey{}, true)
-	}
-	return c.Subscriber.Subscribe(ctx, topic)
+	return c.Subscriber.Subscribe(context.WithValue(ctx, chainCleanKey{}, c.clean.Load()), topic)
 }
 
 // chainEnd is the router's last subscriber decorator: given chainStart's subscriber itself, no
@@ -61,7 +60,10 @@ type adapterSubscriber struct{ message.Subscriber }
 
 // Subscribe subscribes with the router's promise when the chain is clean.
 func (s adapterSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	if clean, _ := ctx.Value(chainCleanKey{}).(bool); !clean {
+	clean, _ := ctx.Value(chainCleanKey{}).(bool)
+	// The adapter derives its messages' contexts from ctx: they must not carry a live mark.
+	ctx = context.WithValue(ctx, chainCleanKey{}, false)
+	if !clean {
 		return s.Subscriber.Subscribe(ctx, topic)
 	}
 	ctx, end := millrace.WithRouterSettles(ctx)

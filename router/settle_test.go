@@ -248,3 +248,34 @@ func TestRouterPromisesNothingPastADecorator(t *testing.T) {
 
 // wrappedSub is a subscriber of the user's around the adapter's.
 type wrappedSub struct{ message.Subscriber }
+
+// A router run from a context derived from another router's message does not inherit that
+// router's clean chain: behind its own decorator it promises nothing.
+func TestRouterPromisesNothingFromAnInheritedContext(t *testing.T) {
+	a, ra := newSettlingRouter(t)
+	b, rb := newSettlingRouter(t)
+	rb.Handle("b", "t.b", func(context.Context, *message.Message, millrace.Attempt) error { return nil })
+	rb.Watermill().AddSubscriberDecorators(func(sub message.Subscriber) (message.Subscriber, error) {
+		return message.MessageTransformSubscriberDecorator(func(*message.Message) {})(sub)
+	})
+	started := make(chan struct{})
+	ra.Handle("a", "t.a", func(ctx context.Context, _ *message.Message, _ millrace.Attempt) error {
+		bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan error, 1)
+		go func() { done <- rb.Run(bctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		close(started)
+		return nil
+	})
+	runUntilRunning(t, ra)
+	publish(t, a, "t.a")
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("handler not called")
+	}
+	eventually(t, "router B's subscription", func() bool { _, ok := b.rec.promise("t.b"); return ok })
+	if on, _ := b.rec.promise("t.b"); on {
+		t.Error("t.b behind a decorator subscribed with a promise to settle")
+	}
+}

@@ -168,8 +168,10 @@ func (c *connection) channelOn(ctx context.Context) (*amqp091.Channel, *amqp091.
 }
 
 // drop forgets conn, if it is still the live connection, after a write on it failed: amqp091
-// shuts such a connection down, but on a goroutine of its own, and until it has, IsClosed says
-// false and a publish that comes meanwhile writes on it again and fails the same way (seen in
+// shuts such a connection down late or not at all (not when the final flush of a frame fails,
+// the usual case for a small message; then only at the next heartbeat's failed write), and
+// until then IsClosed says false and a publish that comes meanwhile writes on it again and
+// fails the same way: its buffered writer keeps the failed write's error (seen in
 // TestPublishTimeoutBoundsAStuckWrite on a loaded machine). The next get dials a new one; conn
 // is closed in the background (its send lock may still be held by the failed write).
 func (c *connection) drop(conn *amqp091.Connection) {

@@ -199,16 +199,18 @@ func (p *publishers) pick(busy bool) *lane {
 	return best
 }
 
-// forget drops l from the lanes: its connection failed.
-func (p *publishers) forget(l *lane) {
+// forget drops the lanes on conn: it failed.
+func (p *publishers) forget(conn *amqp091.Connection) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for i, x := range p.lanes {
-		if x == l {
-			p.lanes = append(p.lanes[:i], p.lanes[i+1:]...)
-			return
+	live := p.lanes[:0]
+	for _, l := range p.lanes {
+		if l.conn != conn {
+			live = append(live, l)
 		}
 	}
+	clear(p.lanes[len(live):])
+	p.lanes = live
 }
 
 // done gives back a lane taken with lane.
@@ -281,11 +283,12 @@ func (p *publishers) publish(ctx context.Context, exchange string, keys []string
 	for i, pub := range pubs {
 		dc, err := l.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, keys[i], mandatory, false, pub)
 		if err != nil {
-			if _, ok := errors.AsType[net.Error](err); ok {
+			if _, ok := errors.AsType[*net.OpError](err); ok {
 				// The socket write failed (PublishTimeout's write deadline, a reset): the
-				// connection is done for, whatever IsClosed says yet.
+				// connection is done for, whatever IsClosed says yet. (*net.OpError, not
+				// net.Error, which a context's deadline error also is.)
 				p.conn.drop(l.conn)
-				p.forget(l)
+				p.forget(l.conn)
 			}
 			return fmt.Errorf("amqp: publish to %q with key %q: %w", exchange, keys[i], err)
 		}
