@@ -38,10 +38,7 @@ func publishN(t *testing.T, a *Adapter, stream string, n int) {
 // (millrace.RouterSettles); each one cost the message a goroutine switch, often to the other
 // core. A consumer that made no such promise still gets one per message in flight.
 func TestRouterSettlesWithoutAGoroutinePerMessage(t *testing.T) {
-	cfg := testConfig()
-	cfg.Window = 8
-	cfg.ProcessingBudget = 10 * time.Second
-	cfg.MinIdle = 20 * time.Second
+	cfg := windowOf8()
 	a := newTestAdapter(t, cfg)
 	stream := uniqueStream(t)
 	publishN(t, a, stream, 8)
@@ -91,10 +88,7 @@ func TestRouterSettlesWithoutAGoroutinePerMessage(t *testing.T) {
 // back to the group at once, at no cost of an attempt: as the entries a stopping loop could not
 // hand out always were. (With the channel unbuffered there were none in it.)
 func TestStopGivesBackWhatTheConsumerDidNotTake(t *testing.T) {
-	cfg := testConfig()
-	cfg.Window = 8
-	cfg.ProcessingBudget = 10 * time.Second
-	cfg.MinIdle = 20 * time.Second // nothing is recovered by idleness within the test
+	cfg := windowOf8()
 	a := newTestAdapter(t, cfg)
 	stream := uniqueStream(t)
 	publishN(t, a, stream, 10)
@@ -180,10 +174,7 @@ func TestDeliverySettlesItsOwnMessageOnce(t *testing.T) {
 // subscription stops are given back, and their places freed: nothing waits for a verdict that
 // will never come (the subscription's cleanup would wait for them until the adapter closed).
 func TestStopGivesBackWhatTheRouterDidNotTake(t *testing.T) {
-	cfg := testConfig()
-	cfg.Window = 8
-	cfg.ProcessingBudget = 10 * time.Second
-	cfg.MinIdle = 20 * time.Second
+	cfg := windowOf8()
 	a := newTestAdapter(t, cfg)
 	stream := uniqueStream(t)
 	publishN(t, a, stream, 8)
@@ -212,4 +203,14 @@ func TestStopGivesBackWhatTheRouterDidNotTake(t *testing.T) {
 	if err != nil || due != 8 {
 		t.Fatalf("%d entries made due again (%v), want 8", due, err)
 	}
+}
+
+// windowOf8 is the tests' configuration with a Window of 8, and budgets long enough that
+// nothing is recovered by idleness within a test.
+func windowOf8() Config {
+	cfg := testConfig()
+	cfg.Window = 8
+	cfg.ProcessingBudget = 10 * time.Second
+	cfg.MinIdle = 20 * time.Second
+	return cfg
 }
