@@ -172,7 +172,7 @@ func decodeDeadLetter(id string, fields []string) (*message.Message, error) {
 
 // withDelivery returns a context that carries a copy of d and parent's values, without parent's
 // cancellation (see deliveryCtx).
-func withDelivery(parent context.Context, d delivery) context.Context {
+func withDelivery(parent context.Context, d delivery) *deliveryCtx {
 	return &deliveryCtx{parent: parent, d: d}
 }
 

@@ -230,10 +230,11 @@ func (s *subscription) deliver(e wire.Entry, count int64, trace string) bool {
 		s.a.cfg.Logger.Warn("redisstream: dropped a stored attempt span context that is not one this adapter writes",
 			slog.String("stream", s.stream), slog.String("entry", e.ID), slog.Int("bytes", len(trace)))
 	}
-	dc := &deliveryCtx{parent: s.msgCtx, trace: trace, d: delivery{
+	dc := withDelivery(s.msgCtx, delivery{
 		stream: s.stream, group: s.a.cfg.Group, consumer: s.consumer,
 		id: e.ID, count: count, fields: e.Fields, added: addedAt(e.ID),
-	}}
+	})
+	dc.trace = trace
 	if s.routerSettles {
 		dc.sub, dc.msg = s, msg
 	}
