@@ -79,3 +79,52 @@ func TestEveryMessageLineCarriesTheMessage(t *testing.T) {
 		}
 	}
 }
+
+// lateLogHandler is a slog.Handler that is slow to write Watermill's "Subscriber stopped"
+// line, the one its handler goroutine logs after Watermill's Run has returned.
+type lateLogHandler struct {
+	slog.Handler
+	written chan struct{}
+}
+
+func (lateLogHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h lateLogHandler) WithAttrs([]slog.Attr) slog.Handler     { return h }
+func (h lateLogHandler) WithGroup(string) slog.Handler          { return h }
+
+func (h lateLogHandler) Handle(ctx context.Context, rec slog.Record) error {
+	if rec.Message == "Subscriber stopped" {
+		time.Sleep(200 * time.Millisecond)
+		select {
+		case h.written <- struct{}{}:
+		default:
+		}
+	}
+	return h.Handler.Handle(ctx, rec)
+}
+
+// TestRunReturnsAfterItsHandlersLastLine: once Run has returned, no goroutine the router
+// started still writes to its logger. A test that hands the router t.Output() ends when Run
+// returns, and a write after that panics the whole test binary (CI on e6d983c: Watermill's
+// "Subscriber stopped" in adapters/kafka).
+func TestRunReturnsAfterItsHandlersLastLine(t *testing.T) {
+	a := newMemory(t, memory.Config{})
+	logged := lateLogHandler{Handler: slog.DiscardHandler, written: make(chan struct{}, 2)}
+	r, err := router.New(router.Config{Adapter: a, Policy: millrace.RetryPolicy{MaxAttempts: 1}, Logger: slog.New(logged)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Handle("a", "late-log-a", func(context.Context, *message.Message, millrace.Attempt) error { return nil })
+	r.Handle("b", "late-log-b", func(context.Context, *message.Message, millrace.Attempt) error { return nil })
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	<-r.Running()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(logged.written); n != 2 {
+		t.Fatalf("Run returned with %d of 2 handlers' last lines written", n)
+	}
+}

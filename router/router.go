@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -40,6 +41,7 @@ type registered struct {
 	cfg         Config                      // the handler's settings, defaults applied
 	stack       []message.HandlerMiddleware // nil when err is set
 	err         error
+	wm          *message.Handler // the Watermill handler it runs as
 }
 
 // New validates cfg (the policy against the adapter's limits included) and returns a Router
@@ -76,13 +78,18 @@ func (r *Router) Handle(name, topic string, h HandlerFunc, opts ...HandlerOption
 // HandleMessage registers a plain Watermill handler under name for messages on topic; opts
 // override the router's settings for this handler.
 func (r *Router) HandleMessage(name, topic string, h message.NoPublishHandlerFunc, opts ...HandlerOption) {
-	r.register(name, topic, opts)
-	r.wm.AddConsumerHandler(name, topic, adapterSubscriber{r.cfg.Adapter.Subscriber()}, h)
+	reg := r.register(name, topic, opts)
+	wh := r.wm.AddConsumerHandler(name, topic, adapterSubscriber{r.cfg.Adapter.Subscriber()}, h)
+	if reg != nil {
+		r.mu.Lock()
+		reg.wm = wh
+		r.mu.Unlock()
+	}
 }
 
 // register builds and keeps the stack of the handler name; an invalid setting is kept as the
-// error Run returns.
-func (r *Router) register(name, topic string, opts []HandlerOption) {
+// error Run returns. It returns what it kept, nil for a duplicate name.
+func (r *Router) register(name, topic string, opts []HandlerOption) *registered {
 	cfg := handlerConfig(r.base, opts)
 	reg := &registered{name: name, topic: topic}
 	reg.stack, reg.err = handlerStack(cfg, name, topic, r.stopping)
@@ -93,11 +100,13 @@ func (r *Router) register(name, topic string, opts []HandlerOption) {
 	reg.cfg = cfg
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, dup := r.handlers[name]; !dup {
-		r.handlers[name] = reg
-		r.order = append(r.order, reg)
+	if _, dup := r.handlers[name]; dup {
+		// A duplicate name is left to Watermill, which panics with DuplicateHandlerNameError.
+		return nil
 	}
-	// A duplicate name is left to Watermill, which panics with DuplicateHandlerNameError.
+	r.handlers[name] = reg
+	r.order = append(r.order, reg)
+	return reg
 }
 
 // Validate reports every handler whose settings are invalid (a policy the adapter cannot
@@ -156,6 +165,8 @@ func wrap(stack []message.HandlerMiddleware, h message.HandlerFunc) message.Hand
 // that handler's policy, then runs the handlers until ctx is done or Close is called. With
 // Config.Telemetry set it observes every topic's backlog (a millrace.BacklogReporter adapter)
 // and has every distinct guard that is an Instrumenter register its metrics, while it runs.
+// It returns once the goroutine of every handler registered before it has ended (at most
+// CloseTimeout after the router closed), so nothing the router started logs after it returns.
 func (r *Router) Run(ctx context.Context) error {
 	if err := r.Validate(); err != nil {
 		return err
@@ -206,7 +217,40 @@ func (r *Router) Run(ctx context.Context) error {
 		wm.AddSubscriberDecorators(chainEnd)
 		return nil
 	})
-	return r.wm.Run(ctx)
+	err = r.wm.Run(ctx)
+	r.awaitStopped(regs)
+	return err
+}
+
+// awaitStopped waits until the Watermill goroutine of every handler in regs that started has
+// ended, at most CloseTimeout. Watermill's Run returns while those goroutines still log
+// ("Subscriber stopped"): a caller that ends its logger's life when Run returns (a test's
+// t.Output, a closed file) would be written to afterwards. regs are the handlers registered
+// before Run, which Watermill starts in this goroutine: reading their Stopped channel here
+// does not race with Watermill setting it.
+func (r *Router) awaitStopped(regs []*registered) {
+	r.mu.Lock()
+	handlers := make([]*message.Handler, 0, len(regs))
+	for _, reg := range regs {
+		if reg.wm != nil {
+			handlers = append(handlers, reg.wm)
+		}
+	}
+	r.mu.Unlock()
+	deadline := time.NewTimer(r.cfg.CloseTimeout)
+	defer deadline.Stop()
+	for _, h := range handlers {
+		select {
+		case <-h.Started():
+		default:
+			continue // never started: Run failed before it
+		}
+		select {
+		case <-h.Stopped():
+		case <-deadline.C:
+			return // a handler outlived CloseTimeout: Watermill's Close has reported it
+		}
+	}
 }
 
 // stop makes the breakers stop holding messages; it is idempotent.
