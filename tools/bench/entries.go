@@ -63,7 +63,7 @@ var entries = []entry{
 		// b.N: -benchtime 1x runs it once.
 		Name: "amqp", Pkg: "./adapters/amqp", Bench: "^BenchmarkConsumeAnchors$", RoundsFlag: "-amqp.rounds",
 		Full:  &mode{Benchtime: "1x", Rounds: 7, Flags: []string{"-amqp.msgs", "20000"}, Timeout: 30 * time.Minute, Estimate: 4 * time.Minute},
-		Quick: &mode{Benchtime: "1x", Rounds: 3, Flags: []string{"-amqp.msgs", "5000"}, Timeout: 10 * time.Minute, Estimate: 40 * time.Second},
+		Quick: &mode{Benchtime: "1x", Rounds: 3, Flags: []string{"-amqp.msgs", "5000"}, Timeout: 10 * time.Minute, Estimate: 50 * time.Second},
 	},
 	{
 		// SQS >= 0.5x a raw 8-poller SDK loop, ahead of watermill-aws.
