@@ -28,7 +28,8 @@ type Config struct {
 	DeadLetterDiscards bool
 	// Logger receives the router's and the middleware's logs. Default: slog.Default().
 	Logger *slog.Logger
-	// CloseTimeout is how long Close waits for running handlers. Default 30 s.
+	// CloseTimeout is how long Close waits for running handlers, and bounds, from the same
+	// start, how long Run then waits for Watermill's handler goroutines to end. Default 30 s.
 	CloseTimeout time.Duration
 	// OnRetry, when set, is called once for every retry scheduled, with the attempt that
 	// failed, the delay and the error, after the adapter confirmed the retry (never when

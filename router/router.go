@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -28,6 +29,8 @@ type Router struct {
 
 	stopping  chan struct{} // closed when the router starts to stop (Close, or Run's ctx done): breakers stop holding
 	closeOnce sync.Once
+	stoppedAt atomic.Int64 // when stopping closed (UnixNano), 0 before
+	running   atomic.Bool  // Run reached Watermill's Run
 
 	mu       sync.Mutex
 	handlers map[string]*registered
@@ -165,8 +168,9 @@ func wrap(stack []message.HandlerMiddleware, h message.HandlerFunc) message.Hand
 // that handler's policy, then runs the handlers until ctx is done or Close is called. With
 // Config.Telemetry set it observes every topic's backlog (a millrace.BacklogReporter adapter)
 // and has every distinct guard that is an Instrumenter register its metrics, while it runs.
-// It returns once the goroutine of every handler registered before it has ended (at most
-// CloseTimeout after the router closed), so nothing the router started logs after it returns.
+// It returns once Watermill's goroutine of every handler registered before it has ended, at
+// most CloseTimeout after the router began to close: the last line each writes ("Subscriber
+// stopped") is written before Run returns. A second Run returns an error, as Watermill's does.
 func (r *Router) Run(ctx context.Context) error {
 	if err := r.Validate(); err != nil {
 		return err
@@ -211,6 +215,11 @@ func (r *Router) Run(ctx context.Context) error {
 		case <-ran:
 		}
 	}()
+	// Watermill refuses a second run; refused here too, before awaitStopped could read the
+	// first run's handlers from this goroutine.
+	if !r.running.CompareAndSwap(false, true) {
+		return errors.New("millrace router: already running")
+	}
 	// The last subscriber decorator, after those of every plugin added before Run (see
 	// settle.go): plugins run in the order they were added, before the handlers subscribe.
 	r.wm.AddPlugin(func(wm *message.Router) error {
@@ -223,11 +232,14 @@ func (r *Router) Run(ctx context.Context) error {
 }
 
 // awaitStopped waits until the Watermill goroutine of every handler in regs that started has
-// ended, at most CloseTimeout. Watermill's Run returns while those goroutines still log
-// ("Subscriber stopped"): a caller that ends its logger's life when Run returns (a test's
-// t.Output, a closed file) would be written to afterwards. regs are the handlers registered
-// before Run, which Watermill starts in this goroutine: reading their Stopped channel here
-// does not race with Watermill setting it.
+// ended, at most until CloseTimeout after the router began to stop (from now when it did not:
+// a Subscribe failed), so that a Close that timed out adds no second wait. Watermill's Run
+// returns while those goroutines still log ("Subscriber stopped"): a caller that ends its
+// logger's life when Run returns (a test's t.Output, a closed file) would be written to
+// afterwards. regs are the handlers registered before Run, which Watermill starts in the
+// goroutine that calls Run (this one, Run being called once): reading their Stopped channel
+// here does not race with Watermill setting it. A handler registered while Run starts, and
+// started by a later RunHandlers, is the exception Watermill's own unsynchronised start leaves.
 func (r *Router) awaitStopped(regs []*registered) {
 	r.mu.Lock()
 	handlers := make([]*message.Handler, 0, len(regs))
@@ -237,7 +249,14 @@ func (r *Router) awaitStopped(regs []*registered) {
 		}
 	}
 	r.mu.Unlock()
-	deadline := time.NewTimer(r.cfg.CloseTimeout)
+	wait := r.cfg.CloseTimeout
+	if at := r.stoppedAt.Load(); at != 0 {
+		wait -= time.Since(time.Unix(0, at))
+	}
+	if wait <= 0 {
+		return
+	}
+	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for _, h := range handlers {
 		select {
@@ -248,13 +267,18 @@ func (r *Router) awaitStopped(regs []*registered) {
 		select {
 		case <-h.Stopped():
 		case <-deadline.C:
-			return // a handler outlived CloseTimeout: Watermill's Close has reported it
+			return // a handler outlived CloseTimeout
 		}
 	}
 }
 
 // stop makes the breakers stop holding messages; it is idempotent.
-func (r *Router) stop() { r.closeOnce.Do(func() { close(r.stopping) }) }
+func (r *Router) stop() {
+	r.closeOnce.Do(func() {
+		r.stoppedAt.Store(time.Now().UnixNano())
+		close(r.stopping)
+	})
+}
 
 // Running is closed once every handler is subscribed.
 func (r *Router) Running() chan struct{} { return r.wm.Running() }
