@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -359,15 +360,16 @@ var (
 	anchorRounds = flag.Int("redisstream.rounds", 5, "BenchmarkConsumeAnchors: interleaved rounds")
 )
 
-// BenchmarkConsumeAnchors compares, in interleaved rounds (benchround), the happy path of three
+// BenchmarkConsumeAnchors compares, in interleaved rounds (benchround), the happy path of four
 // consumers of -redisstream.msgs messages each, every one on a stream of its own filled before
 // its turn (the fill is not timed) and deleted after it:
 //   - millrace: the millrace router on this adapter (Window 64, Budget 10 s);
 //   - watermill-redisstream: its subscriber behind a plain Watermill router (its defaults);
-//   - raw: a go-redis loop, XREADGROUP COUNT 100 then one XACK of the batch, one goroutine.
+//   - raw: a go-redis loop, XREADGROUP COUNT 100 then one XACK of the batch, one goroutine;
+//   - stack-on-workers: a ceiling, see stackOnWorkers.
 //
 // The figure is msg/s from the consumer's start until its last message was handled; the
-// ratios are millrace's over each anchor's, round by round.
+// ratios are millrace's over each anchor's, and the ceiling's over raw, round by round.
 func BenchmarkConsumeAnchors(b *testing.B) {
 	n := max(*anchorMsgs, 1)
 	a := benchAdapter(b, Config{})
@@ -443,10 +445,76 @@ func BenchmarkConsumeAnchors(b *testing.B) {
 		benchround.Variant{Name: "millrace", Run: round(millraceV)},
 		benchround.Variant{Name: "watermill-redisstream", Run: round(watermillV)},
 		benchround.Variant{Name: "raw", Run: round(rawV)},
+		benchround.Variant{Name: "stack-on-workers", Run: round(func(b *testing.B, stream string) float64 {
+			return stackOnWorkers(b, a, stream, n)
+		})},
 	)
 	benchround.Report(b, res, "msg/s",
 		benchround.Pair{A: "millrace", B: "raw", Target: ">= 0.5"},
-		benchround.Pair{A: "millrace", B: "watermill-redisstream", Target: "> 1"})
+		benchround.Pair{A: "millrace", B: "watermill-redisstream", Target: "> 1"},
+		benchround.Pair{A: "stack-on-workers", B: "raw"},
+		benchround.Pair{A: "millrace", B: "stack-on-workers"})
+}
+
+// stackOnWorkers is BenchmarkConsumeAnchors' "stack-on-workers" contender, a ceiling and not a
+// configuration millrace offers: millrace's middleware stack (router.Stack, the same settings
+// as the millrace contender) run by Window long-lived goroutines that read the subscription's
+// channel and settle each message themselves, with no Watermill router. It is what a consumer
+// without Watermill's three hand-offs per message (its subscriber decorator's goroutine, its
+// handler loop, a fresh goroutine per message whose stack grows under the middleware) would
+// reach. millrace's router cannot drop them and stay a Watermill router: the handler context
+// values Watermill's components read (message.HandlerNameFromCtx and the others) can only be
+// set by Watermill's router, their key type is unexported.
+func stackOnWorkers(b *testing.B, a *Adapter, stream string, n int) float64 {
+	cfg := router.Config{Adapter: a, Policy: fixed(3, time.Minute), Budget: 10 * time.Second, Logger: quiet}
+	stack, err := router.Stack(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := a.Provision(context.Background(), stream, cfg.Policy); err != nil {
+		b.Fatal(err)
+	}
+	count, done := countTo(n)
+	var h message.HandlerFunc = func(*message.Message) ([]*message.Message, error) {
+		count()
+		return nil, nil
+	}
+	for i := len(stack) - 1; i >= 0; i-- {
+		h = stack[i](h)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The promise millrace's router gives: every message is settled (see router/settle.go).
+	subCtx, end := millrace.WithRouterSettles(ctx)
+	msgs, err := a.Subscriber().Subscribe(subCtx, stream)
+	end()
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range a.cfg.Window {
+		wg.Go(func() {
+			for msg := range msgs {
+				_, err := h(msg)
+				if err != nil {
+					msg.Nack()
+				} else {
+					msg.Ack()
+				}
+				millrace.SettlerFrom(msg.Context()).Settle(msg, err == nil)
+			}
+		})
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		b.Fatalf("stack-on-workers: not every message handled after a minute")
+	}
+	rate := float64(n) / time.Since(start).Seconds()
+	cancel()
+	wg.Wait()
+	return rate
 }
 
 // countTo returns a handler's counter and the channel closed when it reaches want.
