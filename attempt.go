@@ -55,7 +55,8 @@ type Attempt struct {
 	FirstAttemptAt time.Time
 	// OriginalTopic is the topic or queue the message was first published to.
 	OriginalTopic string
-	// OriginalKey is the original routing key (RabbitMQ) or partition key (Kafka), where any.
+	// OriginalKey is the original routing key (RabbitMQ), partition key (Kafka) or message
+	// group ID (an SQS FIFO queue), where any.
 	OriginalKey string
 	// Broker names the adapter ("memory", "redisstream", "amqp", "kafka", "sqs").
 	Broker string

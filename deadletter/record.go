@@ -137,7 +137,8 @@ type Record struct {
 	LastError string
 	// OriginalTopic is the topic, stream or queue the message was consumed from.
 	OriginalTopic string
-	// OriginalKey is the original routing or partition key, where any.
+	// OriginalKey is the original routing or partition key (an SQS FIFO queue's message group
+	// ID), where any.
 	OriginalKey string
 	// Broker names the adapter that handled the message.
 	Broker string

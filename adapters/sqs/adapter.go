@@ -64,7 +64,8 @@ func New(cfg Config) (*Adapter, error) {
 		DoNotCreateQueueIfNotExists: !cfg.CreateQueues,
 		QueueUrlResolver:            a.urls,
 		GenerateCreateQueueInput:    a.createQueueInput,
-		Marshaler:                   marshaler{},
+		Marshaler:                   marshaler{group: cfg.MessageGroup},
+		GenerateSendMessageInput:    sendInput,
 	}, a.wmLogger)
 	if err != nil {
 		return nil, err
@@ -107,21 +108,40 @@ func (a *Adapter) Capabilities() millrace.Capabilities {
 // queue that does not exist fails.
 func (a *Adapter) Publisher() message.Publisher { return publisher{a: a, pub: a.pub} }
 
-// DeadLetterTopic returns topic + Config.DeadLetterSuffix; Subscriber reads it.
-func (a *Adapter) DeadLetterTopic(topic string) string { return topic + a.cfg.DeadLetterSuffix }
-
-// QueueName returns the SQS queue name of topic. A dead-letter topic keeps its suffix even when
-// the name must be shortened to SQS's 80 characters.
-func (a *Adapter) QueueName(topic string) string {
-	if base, ok := strings.CutSuffix(topic, a.cfg.DeadLetterSuffix); ok {
-		return queueName(base, maxQueueName-len(a.cfg.DeadLetterSuffix)) + a.cfg.DeadLetterSuffix
+// DeadLetterTopic returns topic + Config.DeadLetterSuffix; Subscriber reads it. The
+// dead-letter topic of a FIFO topic ("orders.fifo") ends in ".fifo" too ("orders-dlq.fifo"):
+// SQS moves a FIFO queue's messages only to a FIFO dead-letter queue.
+func (a *Adapter) DeadLetterTopic(topic string) string {
+	if base, ok := strings.CutSuffix(topic, fifoSuffix); ok {
+		return base + a.cfg.DeadLetterSuffix + fifoSuffix
 	}
-	return QueueName(topic)
+	return topic + a.cfg.DeadLetterSuffix
 }
 
-// isDeadLetterQueue reports whether a queue name is a dead-letter queue's.
+// QueueName returns the SQS queue name of topic. A dead-letter topic keeps its suffix (and a
+// FIFO one its ".fifo" after it) even when the name must be shortened to SQS's 80 characters.
+func (a *Adapter) QueueName(topic string) string {
+	fifo := ""
+	if base, ok := strings.CutSuffix(topic, fifoSuffix); ok {
+		topic, fifo = base, fifoSuffix
+	}
+	if base, ok := strings.CutSuffix(topic, a.cfg.DeadLetterSuffix); ok {
+		return queueName(base, maxQueueName-len(a.cfg.DeadLetterSuffix)-len(fifo)) + a.cfg.DeadLetterSuffix + fifo
+	}
+	return QueueName(topic + fifo)
+}
+
+// isDeadLetterQueue reports whether a queue name is a dead-letter queue's (FIFO or not).
 func (a *Adapter) isDeadLetterQueue(name string) bool {
-	return strings.HasSuffix(name, a.cfg.DeadLetterSuffix)
+	return strings.HasSuffix(strings.TrimSuffix(name, fifoSuffix), a.cfg.DeadLetterSuffix)
+}
+
+// workQueueOf returns the name of the work queue whose dead-letter queue is called name.
+func (a *Adapter) workQueueOf(name string) string {
+	if base, ok := strings.CutSuffix(name, fifoSuffix); ok {
+		return strings.TrimSuffix(base, a.cfg.DeadLetterSuffix) + fifoSuffix
+	}
+	return strings.TrimSuffix(name, a.cfg.DeadLetterSuffix)
 }
 
 // Client returns the SQS client the adapter uses, for inspection and tooling.

@@ -17,8 +17,13 @@ import (
 var _ conformance.ClaimHarness = harness{}
 
 func (harness) NewClaimAdapter(_ context.Context, t testing.TB, claim time.Duration) (millrace.Adapter, error) {
+	return sqs.New(claimConfig(t, claim))
+}
+
+// claimConfig is testConfig with a ProcessingBudget of claim and the visibility timeout it needs.
+func claimConfig(t testing.TB, claim time.Duration) sqs.Config {
 	cfg := testConfig(t)
 	cfg.ProcessingBudget = claim
 	cfg.VisibilityTimeout = (claim + sqs.MinVisibilityMargin + time.Second - 1).Truncate(time.Second)
-	return sqs.New(cfg)
+	return cfg
 }

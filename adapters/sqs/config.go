@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/millrace/millrace"
@@ -140,6 +141,11 @@ type Config struct {
 	// publisher make, whatever HTTP client AWSConfig brings. See "Connection loss" in the
 	// package documentation.
 	CallTimeout time.Duration
+	// MessageGroup returns the MessageGroupId of a message the publisher sends to a FIFO queue
+	// (a topic ending in ".fifo"; see "FIFO queues" in the package documentation). Default nil:
+	// the message's metadata MetadataGroupID. A message whose group is empty or not valid for
+	// SQS is refused with ErrMessageGroup. Not used for standard queues.
+	MessageGroup func(msg *message.Message) string
 	// Logger receives the adapter's logs. Default: slog.Default().
 	Logger *slog.Logger
 }

@@ -156,12 +156,15 @@ func TestQueueName(t *testing.T) {
 	defer a.Close()
 	long := strings.Repeat("x", 100)
 	cases := map[string]string{
-		"push.requested":       "push-requested",
-		"orders_v2-eu":         "orders_v2-eu",
-		"a/b c":                "a-b-c",
-		"push.requested-dlq":   "push-requested-dlq",
-		"jobs.fifo":            "jobs-fifo",
-		a.DeadLetterTopic("q"): "q-dlq",
+		"push.requested":               "push-requested",
+		"orders_v2-eu":                 "orders_v2-eu",
+		"a/b c":                        "a-b-c",
+		"push.requested-dlq":           "push-requested-dlq",
+		"jobs.fifo":                    "jobs.fifo",
+		"jobs.v2.fifo":                 "jobs-v2.fifo",
+		"jobs-fifo":                    "jobs-fifo",
+		a.DeadLetterTopic("q"):         "q-dlq",
+		a.DeadLetterTopic("jobs.fifo"): "jobs-dlq.fifo",
 	}
 	for topic, want := range cases {
 		if got := a.QueueName(topic); got != want {
@@ -175,5 +178,14 @@ func TestQueueName(t *testing.T) {
 	dl := a.QueueName(a.DeadLetterTopic(long))
 	if len(dl) != 80 || !strings.HasSuffix(dl, "-dlq") || dl == n1 {
 		t.Errorf("long dead-letter topic: %q, want 80 characters ending in -dlq", dl)
+	}
+	// FIFO names keep ".fifo" last within the 80 characters, the dead-letter suffix before it.
+	f1, f2 := a.QueueName(long+".fifo"), a.QueueName(long+"y.fifo")
+	if len(f1) != 80 || len(f2) != 80 || f1 == f2 || !strings.HasSuffix(f1, ".fifo") {
+		t.Errorf("long FIFO topics: %q and %q, want two distinct 80-character names ending in .fifo", f1, f2)
+	}
+	fdl := a.QueueName(a.DeadLetterTopic(long + ".fifo"))
+	if len(fdl) != 80 || !strings.HasSuffix(fdl, "-dlq.fifo") {
+		t.Errorf("long FIFO dead-letter topic: %q, want 80 characters ending in -dlq.fifo", fdl)
 	}
 }

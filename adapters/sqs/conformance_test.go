@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+
 	"github.com/millrace/millrace"
 	"github.com/millrace/millrace/adapters/sqs"
 	"github.com/millrace/millrace/conformance"
@@ -29,3 +31,32 @@ func (harness) Options() conformance.Options {
 }
 
 func TestConformance(t *testing.T) { conformance.Run(t, harness{}) }
+
+// fifoHarness runs the suite on FIFO queues: every topic the suite makes ends in ".fifo", and
+// each message is a group of its own (Config.MessageGroup), as the suite's messages need no
+// order among them: retries, dead letters (to a FIFO dead-letter queue), decode errors and
+// crashes must hold on a FIFO queue as on a standard one. The order within a group is
+// TestFIFO*'s.
+type fifoHarness struct{ harness }
+
+func (fifoHarness) NewAdapter(_ context.Context, t testing.TB) (millrace.Adapter, error) {
+	return sqs.New(groupPerMessage(testConfig(t)))
+}
+
+func (fifoHarness) NewClaimAdapter(_ context.Context, t testing.TB, claim time.Duration) (millrace.Adapter, error) {
+	return sqs.New(groupPerMessage(claimConfig(t, claim)))
+}
+
+// groupPerMessage makes every message published to a FIFO queue a message group of its own.
+func groupPerMessage(cfg sqs.Config) sqs.Config {
+	cfg.MessageGroup = func(msg *message.Message) string { return msg.UUID }
+	return cfg
+}
+
+func (h fifoHarness) Options() conformance.Options {
+	o := h.harness.Options()
+	o.TopicName = func(name string) string { return name + ".fifo" }
+	return o
+}
+
+func TestConformanceFIFO(t *testing.T) { conformance.Run(t, fifoHarness{}) }

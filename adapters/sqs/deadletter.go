@@ -43,11 +43,8 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 			return nil
 		}
 	}
-	var types map[string]string
-	if d, ok := deliveryFrom(msg.Context()); ok {
-		types = d.types
-	}
-	return a.send(ctx, a.DeadLetterTopic(rec.OriginalTopic), rec.Message(), types)
+	d, _ := deliveryFrom(msg.Context())
+	return a.send(ctx, a.DeadLetterTopic(rec.OriginalTopic), rec.Message(), d)
 }
 
 // redriveWillMove reports whether SQS's RedrivePolicy on topic's queue moves a message received
@@ -60,12 +57,18 @@ func (a *Adapter) redriveWillMove(topic string, receiveCount int) bool {
 	return ok && receiveCount > 0 && receiveCount == maxReceive
 }
 
-// send builds the dead letter msg with deadLetterMessage (never failing on metadata, trimmed
-// to the dead-letter queue's MaximumMessageSize) and sends it to topic's queue, honouring ctx.
-func (a *Adapter) send(ctx context.Context, topic string, msg *message.Message, types map[string]string) error {
+// send builds the dead letter msg of the delivery d (nil if msg did not come from a
+// subscription) with deadLetterMessage (never failing on metadata, trimmed to the dead-letter
+// queue's MaximumMessageSize) and sends it to topic's queue, honouring ctx; to a FIFO queue in
+// the original's message group (deadLetterGroup).
+func (a *Adapter) send(ctx context.Context, topic string, msg *message.Message, d *delivery) error {
 	url, err := a.urls.url(ctx, topic)
 	if err != nil {
 		return err
+	}
+	var types map[string]string
+	if d != nil {
+		types = d.types
 	}
 	limit := a.urls.maxSize(ctx, url)
 	m, err := deadLetterMessage(msg, limit, types)
@@ -76,11 +79,16 @@ func (a *Adapter) send(ctx context.Context, topic string, msg *message.Message, 
 		a.cfg.Logger.WarnContext(ctx, "millrace sqs: dead letter trimmed to fit the dead-letter queue",
 			"queue", a.QueueName(topic), "uuid", msg.UUID, "max_message_size", limit, "trimmed", note)
 	}
-	_, err = a.client.SendMessage(ctx, &awssqs.SendMessageInput{
+	in := &awssqs.SendMessageInput{
 		QueueUrl:          aws.String(url),
 		MessageBody:       m.Body,
 		MessageAttributes: m.MessageAttributes,
-	})
+	}
+	if isFIFOQueue(url) {
+		group, dedup := deadLetterGroup(d, msg)
+		in.MessageGroupId, in.MessageDeduplicationId = aws.String(group), aws.String(dedup)
+	}
+	_, err = a.client.SendMessage(ctx, in)
 	if err != nil {
 		a.urls.forgetSize(url) // the queue's limit may have changed: read it again next time
 		return fmt.Errorf("millrace sqs: send to %s: %w", a.QueueName(topic), err)

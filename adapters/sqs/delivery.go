@@ -13,6 +13,7 @@ type delivery struct {
 	queueURL     string
 	receipt      string
 	messageID    string
+	groupID      string    // MessageGroupId on a FIFO queue, "" on a standard one
 	receiveCount int       // ApproximateReceiveCount, 0 if SQS did not send it
 	firstReceive time.Time // ApproximateFirstReceiveTimestamp, zero if absent
 	receivedAt   time.Time // local clock at the receive, for the 12 h visibility limit
@@ -58,4 +59,12 @@ func (d *delivery) waitExtension() {
 // hiddenAt is when the message's current invisibility began: hiddenUntil - vt.
 func (d *delivery) hiddenAt(vt time.Duration) time.Time {
 	return time.Unix(0, d.hiddenUntil.Load()).Add(-vt)
+}
+
+// nextRefresh is how long until a message waiting (for its hand-off, or for the member of its
+// group before it) is hidden again: half of vt after its invisibility began, and at least a
+// quarter of vt from now (a refresh that failed leaves hiddenUntil as it was: the next one
+// must not follow at once, in a loop of calls).
+func (d *delivery) nextRefresh(vt time.Duration) time.Duration {
+	return max(time.Until(d.hiddenAt(vt).Add(vt/2)), vt/4)
 }

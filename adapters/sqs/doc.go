@@ -1,4 +1,4 @@
-// Package sqs is millrace's Amazon SQS adapter (standard queues), built on aws-sdk-go-v2: its
+// Package sqs is millrace's Amazon SQS adapter (standard and FIFO queues), built on aws-sdk-go-v2: its
 // publisher is watermill-aws v1.0.3's, its subscriber runs its own receive loop so that ending a
 // subscription never cancels a receive in flight (see Semantics worth knowing).
 //
@@ -6,7 +6,8 @@
 //
 //	millrace                  SQS
 //	------------------------  ---------------------------------------------------------------
-//	topic                     queue QueueName(topic): "push.requested" -> "push-requested"
+//	topic                     queue QueueName(topic): "push.requested" -> "push-requested";
+//	                          a topic ending in ".fifo" is a FIFO queue (see FIFO queues)
 //	Attempt.Number            ApproximateReceiveCount (first receive = 1), Source native;
 //	                          FirstAttemptAt = ApproximateFirstReceiveTimestamp
 //	SUCCESS, DISCARD          ack: DeleteMessageBatch, with the acks of the same 2 ms (up to 10)
@@ -198,9 +199,45 @@
 // back), within SQS's 12 h from the receive, as a prefetch buffer would; a process that dies
 // holds them only until their visibility timeout ends.
 //
-// FIFO queues are not supported (see QueueName), so no message group order is kept: the
-// messages of one subscription are handled in parallel in no particular order, as a standard
-// queue delivers them.
+// On a standard queue the messages of one subscription are handled in parallel in no
+// particular order, as the queue delivers them. On a FIFO queue the order of each message group
+// is kept (below).
+//
+// # FIFO queues
+//
+// A topic ending in ".fifo" is a FIFO queue ("orders.fifo" -> "orders.fifo", "orders.v2.fifo"
+// -> "orders-v2.fifo"); the adapter creates it with FifoQueue (CreateQueues), and its
+// dead-letter topic is FIFO too ("orders-dlq.fifo": SQS moves a FIFO queue's messages only to a
+// FIFO queue).
+//
+//   - Publishing: each message needs a MessageGroupId, Config.MessageGroup(msg) or else its
+//     metadata MetadataGroupID; a message without a valid one is refused (ErrMessageGroup)
+//     before anything is sent. The MessageDeduplicationId is metadata MetadataDeduplicationID or
+//     else the message UUID, so the same Watermill message published twice within 5 minutes
+//     (a publish retried after a timeout) is delivered once. Per-message DelaySeconds does not
+//     exist on FIFO queues; millrace never uses it.
+//   - Order: the groups of a subscription are handled in parallel (up to Window messages), the
+//     members of one group one after the other, in send order: SQS hands out no member of a
+//     group while another is in flight, and of the members one receive returns, the next is
+//     handed to the router only once the one before is done with (acked and deleted, or left
+//     to the RedrivePolicy). Attempt.OriginalKey is the message's group, and so is a dead
+//     letter's record OriginalKey.
+//   - Retries keep the order: ScheduleRetry hides the failed member for its delay, and the
+//     group waits for it (its later members are not handed out meanwhile); the other groups go
+//     on. A long delay therefore holds its whole group, by design of FIFO queues.
+//   - A member whose predecessor in the same receive was not done with (nacked, retried, or its
+//     delete failed) is given back unhandled (ChangeMessageVisibility 0) and SQS hands it out
+//     again after its predecessor. As for AWS Lambda's FIFO batches, SQS counts that receive,
+//     so it costs the member one attempt; members of a group that often fails reach
+//     MaxAttempts sooner.
+//   - Dead letters go to the FIFO dead-letter queue in the original's group, with the
+//     original's SQS message ID as deduplication ID, so a dead letter sent twice within 5
+//     minutes (its send succeeded, the original's delete did not) is stored once. A replay
+//     (`millrace dlq replay`) sends it in its recorded group with a fresh deduplication ID.
+//   - Local endpoints: fauxqs hands out one member per group per receive (real SQS may return
+//     several), so TestFIFOGroupMembersWaitAndAreGivenBack reads members of several SQS groups
+//     as one group to test the hand-out of several; the conformance suite runs on FIFO queues
+//     too (TestConformanceFIFO, every message its own group).
 //
 // # Crashes
 //

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -68,7 +69,11 @@ func sqsCase(name string, kinds []conformance.Kind, body string, attrs map[strin
 			if err != nil {
 				return conformance.Content{}, err
 			}
-			_, err = a.Client().SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url.QueueUrl, MessageBody: aws.String(body), MessageAttributes: attrs})
+			in := &awssqs.SendMessageInput{QueueUrl: url.QueueUrl, MessageBody: aws.String(body), MessageAttributes: attrs}
+			if strings.HasSuffix(aws.ToString(url.QueueUrl), ".fifo") { // send fields of a FIFO queue, not content
+				in.MessageGroupId, in.MessageDeduplicationId = aws.String("foreign"), aws.String(watermill.NewUUID())
+			}
+			_, err = a.Client().SendMessage(ctx, in)
 			return attrContent(body, attrs), err
 		}}
 }

@@ -46,7 +46,10 @@ const AttrMetadataTypes = "millrace-metadata-types"
 
 // marshaler turns Watermill messages into SQS messages without altering the payload; it is
 // watermill-aws's publisher Marshaler. The subscriber reads messages back with decodeMessage.
-type marshaler struct{}
+type marshaler struct {
+	// group is Config.MessageGroup: nil reads metadata MetadataGroupID.
+	group func(*message.Message) string
+}
 
 var _ wmsqs.Marshaler = marshaler{}
 
@@ -55,7 +58,7 @@ var _ wmsqs.Marshaler = marshaler{}
 // String attributes when it fits, otherwise packed into AttrMetadata; dead-letter fields travel
 // packed into AttrDeadLetterRecord. Dead letters are built by deadLetterMessage instead, which
 // never refuses metadata.
-func (marshaler) Marshal(msg *message.Message) (*awstypes.Message, error) {
+func (m marshaler) Marshal(msg *message.Message) (*awstypes.Message, error) {
 	if err := checkText(msg.Payload); err != nil {
 		return nil, fmt.Errorf("%w: message %s: %w", ErrPayloadNotText, msg.UUID, err)
 	}
@@ -68,7 +71,9 @@ func (marshaler) Marshal(msg *message.Message) (*awstypes.Message, error) {
 		}
 	}
 	record, plain := splitMetadata(msg.Metadata)
-	return encode(msg.UUID, msg.Payload, record, plain, nil), nil
+	out := encode(msg.UUID, msg.Payload, record, plain, nil)
+	out.Attributes = fifoFields(msg, m.group) // read by sendInput on a FIFO queue
+	return out, nil
 }
 
 // splitMetadata separates the dead-letter record fields from the plain metadata.
@@ -237,6 +242,7 @@ func decodeMessage(m *awstypes.Message) (*message.Message, *delivery) {
 	if ms, err := strconv.ParseInt(m.Attributes[string(awstypes.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)], 10, 64); err == nil && ms > 0 {
 		d.firstReceive = time.UnixMilli(ms)
 	}
+	d.groupID = m.Attributes[string(awstypes.MessageSystemAttributeNameMessageGroupId)]
 	if len(errs) > 0 {
 		d.decodeErr = errors.Join(errs...)
 	}

@@ -15,8 +15,15 @@ const maxQueueName = 80
 // Kafka-style topic "push.requested" is the queue "push-requested"), and a name longer than 80
 // characters is cut and ends with 8 hex digits of the topic's SHA-256, so that long topics stay
 // distinct. The mapping is not one-to-one: "a.b" and "a-b" share a queue; name topics
-// accordingly. FIFO queues (".fifo") are not supported: ".fifo" maps to "-fifo".
-func QueueName(topic string) string { return queueName(topic, maxQueueName) }
+// accordingly. A topic ending in ".fifo" names a FIFO queue, whose name SQS requires to end in
+// ".fifo": the suffix is kept and the rest mapped as above ("orders.v2.fifo" ->
+// "orders-v2.fifo"); see "FIFO queues" in the package documentation.
+func QueueName(topic string) string {
+	if base, ok := strings.CutSuffix(topic, fifoSuffix); ok {
+		return queueName(base, maxQueueName-len(fifoSuffix)) + fifoSuffix
+	}
+	return queueName(topic, maxQueueName)
+}
 
 // queueName maps topic to a queue name of at most limit characters.
 func queueName(topic string, limit int) string {

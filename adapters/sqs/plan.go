@@ -137,6 +137,12 @@ func planConfig(cfg Config, cfgErr error, spec plan.Spec) plan.BrokerPlan {
 		}},
 	}
 
+	if isFIFOQueue(work) {
+		for i, why := range []string{"a topic ending in .fifo: each message group's order is kept",
+			"the dead-letter queue of a FIFO queue must be a FIFO queue"} {
+			bp.Topology[i].Settings = append(bp.Topology[i].Settings, plan.Setting{Name: "FifoQueue", Value: "true", Why: why})
+		}
+	}
 	bp.DeadLetter = dlq
 	plan.MapSteps(bp.Steps, func(d time.Duration) time.Duration {
 		return time.Duration(visibilitySeconds(d, 0)) * time.Second
@@ -147,7 +153,11 @@ func planConfig(cfg Config, cfgErr error, spec plan.Spec) plan.BrokerPlan {
 	bp.SetTrait(plan.TraitRetry, "the same message, hidden by ChangeMessageVisibility")
 	setTrait(plan.TraitUnacked, "after the visibility timeout ("+cfg.VisibilityTimeout.String()+"), after a crash too")
 	bp.SetTrait(plan.TraitPayload, "text only (valid UTF-8)")
-	bp.SetTrait(plan.TraitConcurrency, "one message per subscription (MaxNumberOfMessages 1): scale with instances")
+	concurrency := fmt.Sprintf("up to Window (%d) messages per subscription handled in parallel, %d pollers receiving up to 10 each", cfg.Window, cfg.Pollers)
+	if isFIFOQueue(work) {
+		concurrency += "; one member of each message group at a time, in send order"
+	}
+	bp.SetTrait(plan.TraitConcurrency, concurrency)
 	setTrait("give-up by", cfg.GiveUp.String())
 	return bp
 }

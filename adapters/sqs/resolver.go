@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -96,7 +97,19 @@ func (a *Adapter) baseAttributes(name string) map[string]string {
 
 // createQueueInput is watermill-aws's GenerateCreateQueueInput for the adapter's publisher.
 func (a *Adapter) createQueueInput(_ context.Context, name wmsqs.QueueName, _ wmsqs.QueueConfigAttributes) (*awssqs.CreateQueueInput, error) {
-	return &awssqs.CreateQueueInput{QueueName: aws.String(string(name)), Attributes: a.baseAttributes(string(name))}, nil
+	return &awssqs.CreateQueueInput{QueueName: aws.String(string(name)), Attributes: createAttributes(string(name), a.baseAttributes(string(name)))}, nil
+}
+
+// createAttributes returns the attributes to create the queue called name with: attrs, and
+// FifoQueue for a FIFO queue's name (SQS requires it with the ".fifo" suffix).
+func createAttributes(name string, attrs map[string]string) map[string]string {
+	if !isFIFOQueue(name) {
+		return attrs
+	}
+	out := make(map[string]string, len(attrs)+1)
+	maps.Copy(out, attrs)
+	out[string(types.QueueAttributeNameFifoQueue)] = "true"
+	return out
 }
 
 // ensureQueue returns the URL of the queue called name, creating it with attrs when it is
@@ -109,6 +122,7 @@ func (a *Adapter) ensureQueue(ctx context.Context, name string, attrs map[string
 	if !a.cfg.CreateQueues {
 		return "", false, fmt.Errorf("%w: %s (create it, or set Config.CreateQueues)", ErrQueueMissing, name)
 	}
+	attrs = createAttributes(name, attrs)
 	out, err := a.client.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
 	var raced *types.QueueNameExists
 	if errors.As(err, &raced) { // created concurrently with other attributes: verified by the caller

@@ -14,7 +14,8 @@ import (
 
 // DecodeAttempt reads the attempt from SQS's ApproximateReceiveCount (first receive = 1;
 // every receive counts, so a redelivery after a failed dead-letter write or a crash is one more
-// attempt) and ApproximateFirstReceiveTimestamp. SQS cannot carry the previous error, so
+// attempt) and ApproximateFirstReceiveTimestamp; on a FIFO queue OriginalKey is the message's
+// MessageGroupId, so that its dead letter records its group. SQS cannot carry the previous error, so
 // LastError stays empty. A message without a receive count reads as attempt 1 (Source none).
 func (a *Adapter) DecodeAttempt(msg *message.Message) millrace.Attempt {
 	at := millrace.Attempt{Number: 1, Broker: BrokerName}
@@ -25,6 +26,7 @@ func (a *Adapter) DecodeAttempt(msg *message.Message) millrace.Attempt {
 	at.OriginalTopic = d.topic
 	at.NativeID = d.messageID
 	at.FirstAttemptAt = d.firstReceive
+	at.OriginalKey = d.groupID
 	if d.receiveCount > 0 {
 		at.Number = d.receiveCount
 		at.NativeCount = d.receiveCount

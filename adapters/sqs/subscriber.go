@@ -103,7 +103,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	}()
 	out := make(chan *message.Message)
 	sub := &subscription{
-		a: a, topic: topic, url: url, out: out,
+		a: a, topic: topic, url: url, out: out, fifo: isFIFOQueue(url),
 		slots:      make(chan struct{}, a.cfg.Window),
 		deletes:    newDeleteBatcher(a, url),
 		visibility: newVisibilityBatcher(a, url),
@@ -123,6 +123,8 @@ type subscription struct {
 	a          *Adapter
 	topic, url string
 	out        chan<- *message.Message
+	// fifo: the queue is a FIFO queue; each message group's order is kept (deliverGroups).
+	fifo bool
 	// slots holds one token per message received and not yet settled (handed out and waiting
 	// for its verdict, or for the delete after its ack, or being given back).
 	slots      chan struct{}
@@ -213,6 +215,9 @@ func (sub *subscription) poll(ctx context.Context) {
 		},
 		WaitTimeSeconds: int32(a.cfg.WaitTime / time.Second),
 	}
+	if sub.fifo {
+		input.MessageSystemAttributeNames = append(input.MessageSystemAttributeNames, types.MessageSystemAttributeNameMessageGroupId)
+	}
 	for {
 		n := sub.reserve(ctx)
 		if n == 0 {
@@ -287,6 +292,10 @@ func (sub *subscription) decode(ctx context.Context, sm *types.Message, received
 // ending) the messages are still offered until HandOffWait has passed; those the consumer did
 // not take are given back when the subscription's pollers have all stopped (see run).
 func (sub *subscription) deliver(ctx context.Context, batch []waitingMsg) {
+	if sub.fifo {
+		sub.deliverGroups(ctx, batch)
+		return
+	}
 	var handOffEnd time.Time // set once ctx has ended: the last moment to hand out this batch
 	for i, r := range batch {
 		if !sub.handOff(ctx, batch[i:], &handOffEnd) {
@@ -296,17 +305,23 @@ func (sub *subscription) deliver(ctx context.Context, batch []waitingMsg) {
 			sub.leave(&r.d.receipt, r.d.messageID) // given back by run, settling.Done then
 			continue
 		}
-		if late := time.Since(r.d.hiddenAt(sub.a.cfg.VisibilityTimeout)); late > lateHandOff {
-			go sub.extend(ctx, r.d, late)
-		} else {
-			close(r.d.extended)
-		}
+		sub.startExtension(ctx, r.d)
 		go func() {
 			defer sub.settling.Done()
 			defer sub.release(1)
 			defer r.cancel()
-			sub.settle(ctx, r.msg, r.d)
+			sub.settle(ctx, r.msg, r.d, nil)
 		}()
+	}
+}
+
+// startExtension extends the visibility of a message just handed out if it was taken late
+// (see lateHandOff), or marks it as needing none.
+func (sub *subscription) startExtension(ctx context.Context, d *delivery) {
+	if late := time.Since(d.hiddenAt(sub.a.cfg.VisibilityTimeout)); late > lateHandOff {
+		go sub.extend(ctx, d, late)
+	} else {
+		close(d.extended)
 	}
 }
 
@@ -370,7 +385,7 @@ func (sub *subscription) handOff(ctx context.Context, waiting []waitingMsg, hand
 			return true
 		default:
 		}
-		refresh := time.NewTimer(time.Until(d.hiddenAt(vt).Add(vt / 2)))
+		refresh := time.NewTimer(d.nextRefresh(vt))
 		defer refresh.Stop()
 	wait:
 		for {
@@ -379,7 +394,7 @@ func (sub *subscription) handOff(ctx context.Context, waiting []waitingMsg, hand
 				return true
 			case <-refresh.C:
 				sub.keepHidden(ctx, waiting)
-				refresh.Reset(time.Until(d.hiddenAt(vt).Add(vt / 2)))
+				refresh.Reset(d.nextRefresh(vt))
 			case <-ctx.Done():
 				break wait
 			}
@@ -400,34 +415,50 @@ func (sub *subscription) handOff(ctx context.Context, waiting []waitingMsg, hand
 
 // settle relays the verdict of a message handed out; a message the consumer took keeps its
 // verdict relayed until its visibility timeout ends, after which SQS hands it out again anyway.
-func (sub *subscription) settle(ctx context.Context, msg *message.Message, d *delivery) {
-	select {
-	case <-msg.Acked():
-		sub.acked(ctx, d)
-		return
-	case <-msg.Nacked():
-		return
-	case <-ctx.Done():
+// Meanwhile the later messages of its group, waiting (FIFO queues: see deliverGroups), are kept
+// hidden. It reports whether the message is done with, so that the next of its group may be
+// handled: acked and deleted (or left to the RedrivePolicy).
+func (sub *subscription) settle(ctx context.Context, msg *message.Message, d *delivery, waiting []waitingMsg) bool {
+	vt := sub.a.cfg.VisibilityTimeout
+	var refresh, expiry <-chan time.Time
+	var keep *time.Timer
+	if len(waiting) > 0 {
+		keep = time.NewTimer(waiting[0].d.nextRefresh(vt))
+		defer keep.Stop()
+		refresh = keep.C
 	}
-	// Ending while the handler runs: wait for its verdict while the message is still ours.
-	d.waitExtension()
-	expiry := time.NewTimer(time.Until(time.Unix(0, d.hiddenUntil.Load())))
-	defer expiry.Stop()
-	select {
-	case <-msg.Acked():
-		sub.acked(ctx, d)
-	case <-msg.Nacked():
-	case <-expiry.C:
-		sub.a.cfg.Logger.WarnContext(ctx, "millrace sqs: subscription ended with a handler still running past the message's visibility timeout; SQS delivers the message again",
-			"queue", d.queueURL, "message_id", d.messageID)
+	ending := ctx.Done()
+	for {
+		select {
+		case <-msg.Acked():
+			return sub.acked(ctx, d)
+		case <-msg.Nacked():
+			return false
+		case <-refresh:
+			sub.keepHidden(ctx, waiting)
+			keep.Reset(waiting[0].d.nextRefresh(vt))
+		case <-ending:
+			// Ending while the handler runs: wait for its verdict while the message is still ours.
+			ending = nil
+			d.waitExtension()
+			t := time.NewTimer(time.Until(time.Unix(0, d.hiddenUntil.Load())))
+			defer t.Stop()
+			expiry = t.C
+		case <-expiry:
+			sub.a.cfg.Logger.WarnContext(ctx, "millrace sqs: subscription ended with a handler still running past the message's visibility timeout; SQS delivers the message again",
+				"queue", d.queueURL, "message_id", d.messageID)
+			return false
+		}
 	}
 }
 
-// acked deletes an acked message, unless it was left to SQS's RedrivePolicy.
-func (sub *subscription) acked(ctx context.Context, d *delivery) {
-	if !d.leftToRedrive.Load() {
-		sub.remove(ctx, d)
+// acked deletes an acked message, unless it was left to SQS's RedrivePolicy, and reports
+// whether the message is gone (or left to the RedrivePolicy).
+func (sub *subscription) acked(ctx context.Context, d *delivery) bool {
+	if d.leftToRedrive.Load() {
+		return true
 	}
+	return sub.remove(ctx, d)
 }
 
 // giveBack makes a message the consumer did not take visible again at once. SQS has counted
@@ -445,16 +476,17 @@ func (sub *subscription) giveBack(ctx context.Context, receipt *string, messageI
 // Close does not cancel the delete, so an ack given before Close is not lost; a message
 // already deleted counts as deleted. The message's slot in the Window is freed only after SQS
 // answered.
-func (sub *subscription) remove(ctx context.Context, d *delivery) {
+func (sub *subscription) remove(ctx context.Context, d *delivery) bool {
 	d.waitExtension()
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sub.a.cfg.ownCallTimeout())
 	defer cancel()
 	err := sub.deletes.do(callCtx, d.receipt, 0)
 	if err == nil || alreadyDeleted(err) {
-		return
+		return true
 	}
 	sub.a.cfg.Logger.ErrorContext(ctx, "millrace sqs: cannot delete an acked message; it is delivered again after its visibility timeout",
 		"queue", d.queueURL, "message_id", d.messageID, "error", err)
+	return false
 }
 
 // Close ends the subscriptions made through s; a second Close waits as well. It waits for each

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -273,8 +274,18 @@ var (
 // Adapter returns the adapter on this connection.
 func (b *urlBroker) Adapter() millrace.Adapter { return b.a }
 
-// PrepareReplay needs nothing on SQS.
-func (b *urlBroker) PrepareReplay(deadletter.Record, *message.Message) {}
+// PrepareReplay gives a dead letter of a FIFO queue (its record's OriginalKey is its message
+// group) back its group, unless its metadata names one, and a fresh deduplication ID: SQS would
+// otherwise drop a replay within 5 minutes of the original's send as a duplicate of it.
+func (b *urlBroker) PrepareReplay(rec deadletter.Record, msg *message.Message) {
+	if rec.OriginalKey == "" {
+		return
+	}
+	if msg.Metadata.Get(MetadataGroupID) == "" {
+		msg.Metadata.Set(MetadataGroupID, rec.OriginalKey)
+	}
+	msg.Metadata.Set(MetadataDeduplicationID, watermill.NewUUID())
+}
 
 // DeadLetterDestinations lists the queues named like the adapter's dead-letter queues (ending
 // with Config.DeadLetterSuffix, every page of ListQueues), sorted by name, each with SQS's
@@ -292,7 +303,7 @@ func (b *urlBroker) DeadLetterDestinations(ctx context.Context) ([]brokerurl.Des
 		}
 		for _, qurl := range page.QueueUrls {
 			name := qurl[strings.LastIndexByte(qurl, '/')+1:]
-			if len(name) > len(b.a.cfg.DeadLetterSuffix) && b.a.isDeadLetterQueue(name) {
+			if len(strings.TrimSuffix(name, fifoSuffix)) > len(b.a.cfg.DeadLetterSuffix) && b.a.isDeadLetterQueue(name) {
 				names = append(names, name)
 			}
 		}
@@ -333,7 +344,7 @@ func (b *urlBroker) DeadLetterDestinations(ctx context.Context) ([]brokerurl.Des
 			}
 			depth += n
 		}
-		out = append(out, brokerurl.Destination{Name: name, Topic: strings.TrimSuffix(name, b.a.cfg.DeadLetterSuffix), Depth: depth, Approximate: true})
+		out = append(out, brokerurl.Destination{Name: name, Topic: b.a.workQueueOf(name), Depth: depth, Approximate: true})
 	}
 	return out, nil
 }
@@ -383,9 +394,18 @@ func (b *urlBroker) PublishNative(ctx context.Context, topic string, rec deadlet
 	if !ok {
 		return fmt.Errorf("queue %s does not exist", b.a.QueueName(topic))
 	}
-	_, err = b.a.Client().SendMessage(ctx, &awssqs.SendMessageInput{
-		QueueUrl: aws.String(qurl), MessageBody: aws.String(string(rec.Payload)), MessageAttributes: attrs,
-	})
+	in := &awssqs.SendMessageInput{QueueUrl: aws.String(qurl), MessageBody: aws.String(string(rec.Payload)), MessageAttributes: attrs}
+	if isFIFOQueue(qurl) { // send fields, not content: the original's group, a fresh deduplication ID
+		group := rec.OriginalKey
+		if group == "" {
+			group = rec.Metadata[MetadataGroupID]
+		}
+		if !validFIFOID(group) {
+			return fmt.Errorf("%w: %w: the dead letter records no valid message group (OriginalKey %q)", deadletter.ErrNotReplayable, ErrMessageGroup, clip(group))
+		}
+		in.MessageGroupId, in.MessageDeduplicationId = aws.String(group), aws.String(watermill.NewUUID())
+	}
+	_, err = b.a.Client().SendMessage(ctx, in)
 	return err
 }
 

@@ -1,0 +1,301 @@
+package sqs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/millrace/millrace"
+	"github.com/millrace/millrace/adapters/sqs"
+	"github.com/millrace/millrace/deadletter"
+	"github.com/millrace/millrace/router"
+)
+
+// fifoTopic returns a FIFO topic no other test uses.
+func fifoTopic(prefix string) string { return uniqueTopic(prefix) + ".fifo" }
+
+// inGroup returns a message with payload in message group group.
+func inGroup(group, payload string) *message.Message {
+	m := message.NewMessage(watermill.NewUUID(), []byte(payload))
+	m.Metadata.Set(sqs.MetadataGroupID, group)
+	return m
+}
+
+// receiveAll receives what topic's queue hands out now (one long poll of 1 s, twice), with
+// every system attribute.
+func receiveAll(t *testing.T, a *sqs.Adapter, queue string) []types.Message {
+	t.Helper()
+	ctx := context.Background()
+	url, err := a.Client().GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(queue)})
+	if err != nil {
+		t.Fatalf("GetQueueUrl %s: %v", queue, err)
+	}
+	var got []types.Message
+	for range 2 {
+		out, err := a.Client().ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
+			QueueUrl: url.QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, MessageAttributeNames: []string{"All"},
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+		})
+		if err != nil {
+			t.Fatalf("ReceiveMessage %s: %v", queue, err)
+		}
+		got = append(got, out.Messages...)
+	}
+	return got
+}
+
+// TestFIFOPublishNeedsAGroup: a message for a FIFO topic goes to a ".fifo" queue in the group
+// its metadata names; one without a valid group is refused with ErrMessageGroup and nothing is
+// sent; on a standard queue the group key is plain metadata.
+func TestFIFOPublishNeedsAGroup(t *testing.T) {
+	a := newAdapter(t, testConfig(t))
+	topic := fifoTopic("fifo-pub")
+	for name, m := range map[string]*message.Message{
+		"no group":        message.NewMessage(watermill.NewUUID(), []byte("x")),
+		"space in group":  inGroup("a b", "x"),
+		"129 characters":  inGroup(strings.Repeat("g", 129), "x"),
+		"non-ASCII group": inGroup("grüppe", "x"),
+	} {
+		if err := a.Publisher().Publish(topic, m); !errors.Is(err, sqs.ErrMessageGroup) {
+			t.Errorf("%s: Publish = %v, want ErrMessageGroup", name, err)
+		}
+	}
+	if err := a.Publisher().Publish(topic, inGroup("g-1", "kept")); err != nil {
+		t.Fatalf("Publish with a group: %v", err)
+	}
+	queue := a.QueueName(topic)
+	if !strings.HasSuffix(queue, ".fifo") {
+		t.Fatalf("queue %q does not end in .fifo", queue)
+	}
+	got := receiveAll(t, a, queue)
+	if len(got) != 1 || aws.ToString(got[0].Body) != "kept" || got[0].Attributes["MessageGroupId"] != "g-1" {
+		t.Fatalf("queue holds %d messages, want only %q in group g-1: %+v", len(got), "kept", got)
+	}
+
+	std := uniqueTopic("fifo-std")
+	if err := a.Publisher().Publish(std, message.NewMessage(watermill.NewUUID(), []byte("x"))); err != nil {
+		t.Fatalf("standard queue without a group: %v", err)
+	}
+}
+
+// TestFIFOSameUUIDIsSentOnce: publishing the same Watermill message again (a publish retried
+// after a timeout) within SQS's 5 minutes is deduplicated by its UUID; another message with the
+// same payload is not.
+func TestFIFOSameUUIDIsSentOnce(t *testing.T) {
+	a := newAdapter(t, testConfig(t))
+	topic := fifoTopic("fifo-dedup")
+	m := inGroup("g", "same")
+	for range 2 {
+		if err := a.Publisher().Publish(topic, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Publisher().Publish(topic, inGroup("h", "same")); err != nil {
+		t.Fatal(err)
+	}
+	got := receiveAll(t, a, a.QueueName(topic))
+	if len(got) != 2 {
+		t.Fatalf("got %d messages, want 2 (the repeated one once, the other one)", len(got))
+	}
+}
+
+// TestFIFOKeepsGroupOrderThroughRetries: behind the router, the members of a group are handled
+// in their send order, a retry included: the group waits for its failed member's retry, while
+// the other groups go on.
+func TestFIFOKeepsGroupOrderThroughRetries(t *testing.T) {
+	a := newAdapter(t, testConfig(t))
+	topic := fifoTopic("fifo-order")
+	const groups, members = 3, 4
+	var mu sync.Mutex
+	done := map[string][]string{}       // group -> payloads in the order they succeeded
+	firstDone := map[string]time.Time{} // group -> first success
+	var retriedAt time.Time             // when g0's first member succeeded, after its retry
+	runRouter(t, a, topic, router.Config{Policy: millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(2 * time.Second)}},
+		func(_ context.Context, msg *message.Message, at millrace.Attempt) error {
+			g, p := msg.Metadata.Get(sqs.MetadataGroupID), string(msg.Payload)
+			if at.OriginalKey != g {
+				t.Errorf("%s: Attempt.OriginalKey %q, want the group %q", p, at.OriginalKey, g)
+			}
+			if p == "g0-0" && at.Number == 1 {
+				return errors.New("first try fails")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			done[g] = append(done[g], p)
+			if _, ok := firstDone[g]; !ok {
+				firstDone[g] = time.Now()
+			}
+			if p == "g0-0" {
+				retriedAt = time.Now()
+			}
+			return nil
+		})
+	for i := range members {
+		for g := range groups {
+			if err := a.Publisher().Publish(topic, inGroup(fmt.Sprintf("g%d", g), fmt.Sprintf("g%d-%d", g, i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	eventually(t, "every member handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, ps := range done {
+			n += len(ps)
+		}
+		return n == groups*members
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for g := range groups {
+		name := fmt.Sprintf("g%d", g)
+		var want []string
+		for i := range members {
+			want = append(want, fmt.Sprintf("g%d-%d", g, i))
+		}
+		if fmt.Sprint(done[name]) != fmt.Sprint(want) {
+			t.Errorf("group %s handled %v, want %v", name, done[name], want)
+		}
+	}
+	for _, g := range []string{"g1", "g2"} {
+		if !firstDone[g].Before(retriedAt) {
+			t.Errorf("group %s waited for g0's retry: its first success at %s, g0-0's at %s", g, firstDone[g], retriedAt)
+		}
+	}
+}
+
+// TestFIFODeadLetterKeepsTheGroup: a FIFO queue's dead letter goes to its FIFO dead-letter
+// queue ("-dlq.fifo") in the original's message group, body intact, and its record names the
+// group as OriginalKey.
+func TestFIFODeadLetterKeepsTheGroup(t *testing.T) {
+	a := newAdapter(t, testConfig(t))
+	topic := fifoTopic("fifo-dlq")
+	runRouter(t, a, topic, router.Config{Policy: millrace.RetryPolicy{MaxAttempts: 1}},
+		func(context.Context, *message.Message, millrace.Attempt) error { return errors.New("never") })
+	if err := a.Publisher().Publish(topic, inGroup("grp-7", `{"x":"ü"}`)); err != nil {
+		t.Fatal(err)
+	}
+	dlq := a.QueueName(a.DeadLetterTopic(topic))
+	if !strings.HasSuffix(dlq, "-dlq.fifo") {
+		t.Fatalf("dead-letter queue %q, want a name ending in -dlq.fifo", dlq)
+	}
+	var got []types.Message
+	eventually(t, "the dead letter", func() bool {
+		got = append(got, receiveAll(t, a, dlq)...)
+		return len(got) > 0
+	})
+	if len(got) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(got))
+	}
+	if g := got[0].Attributes["MessageGroupId"]; g != "grp-7" {
+		t.Errorf("dead letter in group %q, want grp-7", g)
+	}
+	if b := aws.ToString(got[0].Body); b != `{"x":"ü"}` {
+		t.Errorf("dead-letter body %q", b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The record through the subscriber, once the raw receive gave the dead letter back.
+	dlqURL, err := a.Client().GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(dlq)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Client().ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
+		QueueUrl: dlqURL.QueueUrl, ReceiptHandle: got[0].ReceiptHandle, VisibilityTimeout: 0,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sub := a.Subscriber()
+	defer sub.Close()
+	ch, err := sub.Subscribe(ctx, a.DeadLetterTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-ch:
+		rec, err := deadletter.FromMessage(m)
+		m.Ack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.OriginalKey != "grp-7" || string(rec.Payload) != `{"x":"ü"}` {
+			t.Errorf("record OriginalKey %q payload %q, want grp-7 and the original body", rec.OriginalKey, rec.Payload)
+		}
+	case <-ctx.Done():
+		t.Fatal("no dead letter through the subscriber")
+	}
+}
+
+// TestFIFOGroupMembersWaitAndAreGivenBack: of the members of one group that one receive
+// returned, the next is handed out only once the one before was acked (and deleted), and after
+// a nack the rest are given back unhandled, visible again at once, and counted as received.
+func TestFIFOGroupMembersWaitAndAreGivenBack(t *testing.T) {
+	a := newAdapter(t, testConfig(t))
+	topic := fifoTopic("fifo-members")
+	for i := range 3 { // one SQS group each: fauxqs returns one member of a group per receive
+		if err := a.Publisher().Publish(topic, inGroup(fmt.Sprintf("m%d", i), fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, err := sqs.DeliverAsOneGroup(ctx, a, topic, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(want string) *message.Message {
+		t.Helper()
+		select {
+		case m := <-out:
+			if string(m.Payload) != want {
+				t.Fatalf("handed out %q, want %q", m.Payload, want)
+			}
+			return m
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q not handed out", want)
+		}
+		return nil
+	}
+	quiet := func(why string) {
+		t.Helper()
+		select {
+		case m, ok := <-out:
+			if ok {
+				t.Fatalf("%q handed out %s", m.Payload, why)
+			}
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	m0 := next("0")
+	quiet("while the member before it was being handled")
+	m0.Ack()
+	m1 := next("1")
+	m1.Nack()
+	select {
+	case m, ok := <-out:
+		if ok {
+			t.Fatalf("%q handed out after the member before it was nacked", m.Payload)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the group did not end after a nack")
+	}
+	// m0 is deleted, m1 hidden for the visibility timeout (3 s), m2 visible again at once.
+	got := receiveAll(t, a, a.QueueName(topic))
+	if len(got) != 1 || aws.ToString(got[0].Body) != "2" {
+		t.Fatalf("after the nack the queue handed out %d messages, want only the given-back %q", len(got), "2")
+	}
+	if n := got[0].Attributes["ApproximateReceiveCount"]; n != "2" {
+		t.Errorf("given-back member's receive count %s, want 2 (SQS counts the receive it was not handled in)", n)
+	}
+}
