@@ -299,3 +299,49 @@ func TestFIFOGroupMembersWaitAndAreGivenBack(t *testing.T) {
 		t.Errorf("given-back member's receive count %s, want 2 (SQS counts the receive it was not handled in)", n)
 	}
 }
+
+// TestFIFOWaitingMembersStayHidden: members of a group waiting for the one before them are kept
+// hidden past the visibility timeout (3 s here) while it is handled, so no other consumer
+// receives them out of order meanwhile.
+func TestFIFOWaitingMembersStayHidden(t *testing.T) {
+	a := newAdapter(t, testConfig(t))
+	topic := fifoTopic("fifo-hidden")
+	for i := range 3 {
+		if err := a.Publisher().Publish(topic, inGroup(fmt.Sprintf("h%d", i), fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, err := sqs.DeliverAsOneGroup(ctx, a, topic, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	stolen := make(chan []types.Message, 1)
+	go func() { // another consumer, for 5 s: it must get nothing
+		var got []types.Message
+		for time.Since(start) < 5*time.Second {
+			got = append(got, receiveAll(t, a, a.QueueName(topic))...)
+		}
+		stolen <- got
+	}()
+	hold := func(want string, d time.Duration) {
+		select {
+		case m := <-out:
+			if string(m.Payload) != want {
+				t.Errorf("handed out %q, want %q", m.Payload, want)
+			}
+			time.Sleep(d)
+			m.Ack()
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q not handed out", want)
+		}
+	}
+	hold("0", 2500*time.Millisecond)
+	hold("1", 2500*time.Millisecond)
+	hold("2", 0)
+	if got := <-stolen; len(got) > 0 {
+		t.Fatalf("another consumer received %d waiting members (first %q after %s)", len(got), aws.ToString(got[0].Body), time.Since(start))
+	}
+}
