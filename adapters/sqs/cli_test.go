@@ -201,3 +201,79 @@ func TestCLIBadInputSQS(t *testing.T) {
 		t.Fatalf("%d dead letters in the table, want the 1 untouched", n)
 	}
 }
+
+// TestCLISQSFIFOReplay: on a FIFO queue, a millrace message's dead letter replayed to its own
+// topic seconds after the original was sent is handled again, in its group (a fresh
+// deduplication ID: the original's, its UUID, would make SQS drop it as a duplicate), and a
+// foreign message's dead letter replayed natively arrives in its original group with exactly
+// its attributes.
+func TestCLISQSFIFOReplay(t *testing.T) {
+	topic := cliTopic("cli-fifo") + ".fifo"
+	target := cliTopic("cli-fifo-to") + ".fifo"
+	a := cliAdapter(t, topic, target)
+	ctx := context.Background()
+	h := clitest.FailingRouter(t, a, topic, millrace.RetryPolicy{MaxAttempts: 1, Backoff: millrace.Fixed(time.Second)}, cliBudget)
+	own := message.NewMessage("uuid-fifo-own", []byte(`{"own":1}`))
+	own.Metadata.Set(sqs.MetadataGroupID, "mg")
+	if err := a.Publisher().Publish(topic, own); err != nil {
+		t.Fatal(err)
+	}
+	srcURL, ok, err := sqs.QueueURL(ctx, a.Client(), a.QueueName(topic))
+	if err != nil || !ok {
+		t.Fatalf("source queue: %v %v", ok, err)
+	}
+	attrs := map[string]types.MessageAttributeValue{
+		"n": {DataType: aws.String("Number"), StringValue: aws.String("7")},
+		"s": {DataType: aws.String("String"), StringValue: aws.String("plain")},
+	}
+	if _, err := a.Client().SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: aws.String(srcURL), MessageBody: aws.String("foreign ✓"),
+		MessageAttributes: attrs, MessageGroupId: aws.String("fg"), MessageDeduplicationId: aws.String("foreign-1")}); err != nil {
+		t.Fatal(err)
+	}
+	storeURL := cliStoreURL(t)
+	c := clitest.New(t)
+	clitest.WaitUntil(t, "both dead letters listed", func() bool { return c.Listed("--store", storeURL, "--topic", topic) == 2 })
+	h.SetHealthy()
+	targetURL, err := a.Client().CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(a.QueueName(target)),
+		Attributes: map[string]string{"FifoQueue": "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The foreign one natively to target, then millrace's own to its own topic.
+	list := c.ListJSON("--store", storeURL, "--topic", topic)
+	var ownID, foreignID string
+	for _, e := range list.Entries {
+		if e.UUID == "uuid-fifo-own" {
+			ownID = e.ID
+		} else {
+			foreignID = e.ID
+		}
+	}
+	if ownID == "" || foreignID == "" {
+		t.Fatalf("dead letters listed: %+v", list.Entries)
+	}
+	if got := c.OK("dlq", "replay", foreignID, "--store", storeURL, "--dlq-topic", a.DeadLetterTopic(topic), "--reset-history", "--to-topic", target); !strings.Contains(got, "replayed 1 of 1") {
+		t.Fatalf("native replay: %q", got)
+	}
+	if got := c.OK("dlq", "replay", ownID, "--store", storeURL, "--dlq-topic", a.DeadLetterTopic(topic), "--reset-history"); !strings.Contains(got, "replayed 1 of 1") {
+		t.Fatalf("replay: %q", got)
+	}
+	clitest.WaitUntil(t, "the replayed message handled", func() bool { return len(h.Attempts()) == 1 })
+	if at := h.Attempts()[0]; at.OriginalKey != "mg" {
+		t.Errorf("replayed message handled in group %q, want mg", at.OriginalKey)
+	}
+	out, err := a.Client().ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
+		QueueUrl: targetURL.QueueUrl, MessageAttributeNames: []string{"All"}, MaxNumberOfMessages: 10, WaitTimeSeconds: 5,
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameMessageGroupId},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Messages) != 1 {
+		t.Fatalf("%d messages in %s, want the native replay", len(out.Messages), target)
+	}
+	m := out.Messages[0]
+	if aws.ToString(m.Body) != "foreign ✓" || m.Attributes["MessageGroupId"] != "fg" || len(m.MessageAttributes) != len(attrs) {
+		t.Fatalf("native replay: body %q group %q attributes %v, want the original's in group fg", aws.ToString(m.Body), m.Attributes["MessageGroupId"], m.MessageAttributes)
+	}
+}
