@@ -33,6 +33,8 @@ type Adapter struct {
 	closed      bool
 	subscribers map[*subscriber]struct{}
 	redrive     map[string]int // topic -> maxReceiveCount of its RedrivePolicy, from Provision
+
+	givenBack givenBack // receives given back unhandled, not counted as attempts
 }
 
 var _ millrace.Adapter = (*Adapter)(nil)
@@ -108,40 +110,24 @@ func (a *Adapter) Capabilities() millrace.Capabilities {
 // queue that does not exist fails.
 func (a *Adapter) Publisher() message.Publisher { return publisher{a: a, pub: a.pub} }
 
-// DeadLetterTopic returns topic + Config.DeadLetterSuffix; Subscriber reads it. The
-// dead-letter topic of a FIFO topic ("orders.fifo") ends in ".fifo" too ("orders-dlq.fifo"):
-// SQS moves a FIFO queue's messages only to a FIFO dead-letter queue.
-func (a *Adapter) DeadLetterTopic(topic string) string {
-	if base, ok := strings.CutSuffix(topic, fifoSuffix); ok {
-		return base + a.cfg.DeadLetterSuffix + fifoSuffix
-	}
-	return topic + a.cfg.DeadLetterSuffix
-}
+// DeadLetterTopic returns topic + Config.DeadLetterSuffix; Subscriber reads it. Its queue is
+// a standard queue, a FIFO topic's too ("orders.fifo" -> "orders-fifo-dlq"): a FIFO queue
+// hands out only the first waiting message of each group, so the dead letters behind it could
+// be neither listed nor replayed one by one (see "FIFO queues" in the package documentation).
+func (a *Adapter) DeadLetterTopic(topic string) string { return topic + a.cfg.DeadLetterSuffix }
 
-// QueueName returns the SQS queue name of topic. A dead-letter topic keeps its suffix (and a
-// FIFO one its ".fifo" after it) even when the name must be shortened to SQS's 80 characters.
+// QueueName returns the SQS queue name of topic. A dead-letter topic keeps its suffix even when
+// the name must be shortened to SQS's 80 characters.
 func (a *Adapter) QueueName(topic string) string {
-	fifo := ""
-	if base, ok := strings.CutSuffix(topic, fifoSuffix); ok {
-		topic, fifo = base, fifoSuffix
-	}
 	if base, ok := strings.CutSuffix(topic, a.cfg.DeadLetterSuffix); ok {
-		return queueName(base, maxQueueName-len(a.cfg.DeadLetterSuffix)-len(fifo)) + a.cfg.DeadLetterSuffix + fifo
+		return queueName(base, maxQueueName-len(a.cfg.DeadLetterSuffix)) + a.cfg.DeadLetterSuffix
 	}
-	return QueueName(topic + fifo)
+	return QueueName(topic)
 }
 
-// isDeadLetterQueue reports whether a queue name is a dead-letter queue's (FIFO or not).
+// isDeadLetterQueue reports whether a queue name is a dead-letter queue's.
 func (a *Adapter) isDeadLetterQueue(name string) bool {
-	return strings.HasSuffix(strings.TrimSuffix(name, fifoSuffix), a.cfg.DeadLetterSuffix)
-}
-
-// workQueueOf returns the name of the work queue whose dead-letter queue is called name.
-func (a *Adapter) workQueueOf(name string) string {
-	if base, ok := strings.CutSuffix(name, fifoSuffix); ok {
-		return strings.TrimSuffix(base, a.cfg.DeadLetterSuffix) + fifoSuffix
-	}
-	return strings.TrimSuffix(name, a.cfg.DeadLetterSuffix)
+	return strings.HasSuffix(name, a.cfg.DeadLetterSuffix)
 }
 
 // Client returns the SQS client the adapter uses, for inspection and tooling.

@@ -144,7 +144,8 @@ type Config struct {
 	// MessageGroup returns the MessageGroupId of a message the publisher sends to a FIFO queue
 	// (a topic ending in ".fifo"; see "FIFO queues" in the package documentation). Default nil:
 	// the message's metadata MetadataGroupID. A message whose group is empty or not valid for
-	// SQS is refused with ErrMessageGroup. Not used for standard queues.
+	// SQS is refused with ErrMessageGroup. It is called for every message published; its result
+	// is used only on a FIFO queue.
 	MessageGroup func(msg *message.Message) string
 	// Logger receives the adapter's logs. Default: slog.Default().
 	Logger *slog.Logger

@@ -164,7 +164,7 @@ func TestQueueName(t *testing.T) {
 		"jobs.v2.fifo":                 "jobs-v2.fifo",
 		"jobs-fifo":                    "jobs-fifo",
 		a.DeadLetterTopic("q"):         "q-dlq",
-		a.DeadLetterTopic("jobs.fifo"): "jobs-dlq.fifo",
+		a.DeadLetterTopic("jobs.fifo"): "jobs-fifo-dlq",
 	}
 	for topic, want := range cases {
 		if got := a.QueueName(topic); got != want {
@@ -184,8 +184,8 @@ func TestQueueName(t *testing.T) {
 	if len(f1) != 80 || len(f2) != 80 || f1 == f2 || !strings.HasSuffix(f1, ".fifo") {
 		t.Errorf("long FIFO topics: %q and %q, want two distinct 80-character names ending in .fifo", f1, f2)
 	}
-	fdl := a.QueueName(a.DeadLetterTopic(long + ".fifo"))
-	if len(fdl) != 80 || !strings.HasSuffix(fdl, "-dlq.fifo") {
-		t.Errorf("long FIFO dead-letter topic: %q, want 80 characters ending in -dlq.fifo", fdl)
+	fdl := a.QueueName(a.DeadLetterTopic(long + ".fifo")) // a standard queue
+	if len(fdl) != 80 || !strings.HasSuffix(fdl, "-dlq") {
+		t.Errorf("long FIFO topic's dead-letter topic: %q, want 80 characters ending in -dlq", fdl)
 	}
 }

@@ -59,8 +59,8 @@ func (a *Adapter) redriveWillMove(topic string, receiveCount int) bool {
 
 // send builds the dead letter msg of the delivery d (nil if msg did not come from a
 // subscription) with deadLetterMessage (never failing on metadata, trimmed to the dead-letter
-// queue's MaximumMessageSize) and sends it to topic's queue, honouring ctx; to a FIFO queue in
-// the original's message group (deadLetterGroup).
+// queue's MaximumMessageSize) and sends it to topic's queue (a standard queue, a FIFO topic's
+// too: the record's OriginalKey keeps the message group), honouring ctx.
 func (a *Adapter) send(ctx context.Context, topic string, msg *message.Message, d *delivery) error {
 	url, err := a.urls.url(ctx, topic)
 	if err != nil {
@@ -79,16 +79,11 @@ func (a *Adapter) send(ctx context.Context, topic string, msg *message.Message, 
 		a.cfg.Logger.WarnContext(ctx, "millrace sqs: dead letter trimmed to fit the dead-letter queue",
 			"queue", a.QueueName(topic), "uuid", msg.UUID, "max_message_size", limit, "trimmed", note)
 	}
-	in := &awssqs.SendMessageInput{
+	_, err = a.client.SendMessage(ctx, &awssqs.SendMessageInput{
 		QueueUrl:          aws.String(url),
 		MessageBody:       m.Body,
 		MessageAttributes: m.MessageAttributes,
-	}
-	if isFIFOQueue(url) {
-		group, dedup := deadLetterGroup(d, msg)
-		in.MessageGroupId, in.MessageDeduplicationId = aws.String(group), aws.String(dedup)
-	}
-	_, err = a.client.SendMessage(ctx, in)
+	})
 	if err != nil {
 		a.urls.forgetSize(url) // the queue's limit may have changed: read it again next time
 		return fmt.Errorf("millrace sqs: send to %s: %w", a.QueueName(topic), err)

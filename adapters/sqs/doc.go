@@ -8,7 +8,8 @@
 //	------------------------  ---------------------------------------------------------------
 //	topic                     queue QueueName(topic): "push.requested" -> "push-requested";
 //	                          a topic ending in ".fifo" is a FIFO queue (see FIFO queues)
-//	Attempt.Number            ApproximateReceiveCount (first receive = 1), Source native;
+//	Attempt.Number            ApproximateReceiveCount (first receive = 1), Source native, less
+//	                          the receives this process gave back unhandled;
 //	                          FirstAttemptAt = ApproximateFirstReceiveTimestamp
 //	SUCCESS, DISCARD          ack: DeleteMessageBatch, with the acks of the same 2 ms (up to 10)
 //	RETRY below MaxAttempts   ChangeMessageVisibilityBatch(delay, whole seconds rounded up;
@@ -206,38 +207,51 @@
 // # FIFO queues
 //
 // A topic ending in ".fifo" is a FIFO queue ("orders.fifo" -> "orders.fifo", "orders.v2.fifo"
-// -> "orders-v2.fifo"); the adapter creates it with FifoQueue (CreateQueues), and its
-// dead-letter topic is FIFO too ("orders-dlq.fifo": SQS moves a FIFO queue's messages only to a
-// FIFO queue).
+// -> "orders-v2.fifo"); the adapter creates it with FifoQueue (CreateQueues). Before this
+// version such a topic named the standard queue "orders-fifo": a program upgrading with a
+// ".fifo" topic reads and writes another queue, and its publishes need a message group.
 //
 //   - Publishing: each message needs a MessageGroupId, Config.MessageGroup(msg) or else its
 //     metadata MetadataGroupID; a message without a valid one is refused (ErrMessageGroup)
-//     before anything is sent. The MessageDeduplicationId is metadata MetadataDeduplicationID or
-//     else the message UUID, so the same Watermill message published twice within 5 minutes
-//     (a publish retried after a timeout) is delivered once. Per-message DelaySeconds does not
-//     exist on FIFO queues; millrace never uses it.
+//     before anything is sent for it (Publish sends the messages before it). The
+//     MessageDeduplicationId is metadata MetadataDeduplicationID or else the message UUID, so
+//     the same Watermill message published twice within 5 minutes (a publish retried after a
+//     timeout) is delivered once. Per-message DelaySeconds does not exist on FIFO queues;
+//     millrace never uses it.
 //   - Order: the groups of a subscription are handled in parallel (up to Window messages), the
 //     members of one group one after the other, in send order: SQS hands out no member of a
 //     group while another is in flight, and of the members one receive returns, the next is
-//     handed to the router only once the one before is done with (acked and deleted, or left
-//     to the RedrivePolicy). Attempt.OriginalKey is the message's group, and so is a dead
-//     letter's record OriginalKey.
+//     handed to the router only once the one before is done with (acked and deleted). The
+//     members waiting meanwhile are kept hidden, until the one being handled outlives its own
+//     visibility timeout without a verdict (a consumer that is not millrace's router; the
+//     router's Budget ends every handler before it): they are then given back, so that SQS
+//     hands the group out again, in order. Attempt.OriginalKey is the message's group.
 //   - Retries keep the order: ScheduleRetry hides the failed member for its delay, and the
 //     group waits for it (its later members are not handed out meanwhile); the other groups go
-//     on. A long delay therefore holds its whole group, by design of FIFO queues.
+//     on. A long delay holds its whole group, by design of FIFO queues.
 //   - A member whose predecessor in the same receive was not done with (nacked, retried, or its
-//     delete failed) is given back unhandled (ChangeMessageVisibility 0) and SQS hands it out
-//     again after its predecessor. As for AWS Lambda's FIFO batches, SQS counts that receive,
-//     so it costs the member one attempt; members of a group that often fails reach
-//     MaxAttempts sooner.
-//   - Dead letters go to the FIFO dead-letter queue in the original's group, with the
-//     original's SQS message ID as deduplication ID, so a dead letter sent twice within 5
-//     minutes (its send succeeded, the original's delete did not) is stored once. A replay
-//     (`millrace dlq replay`) sends it in its recorded group with a fresh deduplication ID.
+//     delete failed) is given back unhandled (ChangeMessageVisibility 0), as AWS Lambda does
+//     for FIFO batches, and SQS hands it out again after its predecessor. SQS counts that
+//     receive in ApproximateReceiveCount (Attempt.NativeCount); the adapter remembers the
+//     receives it gave back (per message ID, in this process, up to 65,536 messages) and
+//     DecodeAttempt does not count them as attempts. Another process, or this one after a
+//     restart, does count them; FirstAttemptAt is the first receive all the same, so MaxElapsed
+//     runs from it; and a RedrivePolicy counts every receive.
+//   - When the subscription ends, no later member of a group is handed out: the rest are given
+//     back once the subscription's pollers have stopped, as the messages the consumer did not
+//     take are.
+//   - Dead letters: GiveUpSend only (Provision refuses GiveUpRedrive for a FIFO topic: SQS would
+//     move the messages only to a FIFO dead-letter queue, which hands out only the first dead
+//     letter of each group, so the others could be neither listed nor replayed). The
+//     dead-letter queue of "orders.fifo" is the standard queue "orders-fifo-dlq"; each record's
+//     OriginalKey names the group, and a replay (`millrace dlq replay`) sends the message in it
+//     again with a fresh deduplication ID (the UUID would make SQS drop a replay within 5
+//     minutes of the original as a duplicate).
 //   - Local endpoints: fauxqs hands out one member per group per receive (real SQS may return
-//     several), so TestFIFOGroupMembersWaitAndAreGivenBack reads members of several SQS groups
-//     as one group to test the hand-out of several; the conformance suite runs on FIFO queues
-//     too (TestConformanceFIFO, every message its own group).
+//     several), so TestFIFOGroupMembersWaitAndAreGivenBack, TestFIFOGroupsOfOneReceiveRunInParallel
+//     and their siblings read members of several SQS groups as members of the groups they name
+//     (sqs.DeliverAsGroups, a test hook; every SQS call is real); the conformance suite runs on
+//     FIFO queues too (TestConformanceFIFO, every message its own group).
 //
 // # Crashes
 //

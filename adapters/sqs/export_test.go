@@ -19,6 +19,17 @@ import (
 // SQS call (receive, delete, visibility) is real. The channel carries the hand-offs; the
 // subscription ends with ctx.
 func DeliverAsOneGroup(ctx context.Context, a *Adapter, topic string, n int) (<-chan *message.Message, error) {
+	groups := make([]string, n)
+	for i := range groups {
+		groups[i] = "one-group"
+	}
+	return DeliverAsGroups(ctx, a, topic, groups)
+}
+
+// DeliverAsGroups is DeliverAsOneGroup with the i-th message (in send order) read as a member
+// of groups[i].
+func DeliverAsGroups(ctx context.Context, a *Adapter, topic string, groups []string) (<-chan *message.Message, error) {
+	n := len(groups)
 	url, err := a.urls.url(ctx, topic)
 	if err != nil {
 		return nil, err
@@ -26,9 +37,10 @@ func DeliverAsOneGroup(ctx context.Context, a *Adapter, topic string, n int) (<-
 	out := make(chan *message.Message)
 	sub := &subscription{
 		a: a, topic: topic, url: url, out: out, fifo: true,
-		slots:      make(chan struct{}, n),
-		deletes:    newDeleteBatcher(a, url),
-		visibility: newVisibilityBatcher(a, url),
+		slots:       make(chan struct{}, n),
+		pollersDone: make(chan struct{}),
+		deletes:     newDeleteBatcher(a, url),
+		visibility:  newVisibilityBatcher(a, url),
 	}
 	var got []types.Message
 	for deadline := time.Now().Add(20 * time.Second); len(got) < n; {
@@ -51,7 +63,6 @@ func DeliverAsOneGroup(ctx context.Context, a *Adapter, topic string, n int) (<-
 	for i := range got {
 		sub.slots <- struct{}{}
 		batch[i] = sub.decode(ctx, &got[i], time.Now())
-		batch[i].d.groupID = "one-group"
 	}
 	// Hand out in the order SQS would: the members' send order (their sequence numbers).
 	for i := range batch {
@@ -62,6 +73,10 @@ func DeliverAsOneGroup(ctx context.Context, a *Adapter, topic string, n int) (<-
 			}
 		}
 	}
+	for i := range batch {
+		batch[i].d.groupID = groups[i]
+	}
+	close(sub.pollersDone) // no poller here
 	sub.deliverGroups(ctx, batch)
 	go func() {
 		sub.settling.Wait()

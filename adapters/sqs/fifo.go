@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	wmsqs "github.com/ThreeDotsLabs/watermill-aws/sqs"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -101,30 +100,6 @@ func sendInput(ctx context.Context, queueURL wmsqs.QueueURL, m *awstypes.Message
 	return in, nil
 }
 
-// deadLetterGroup returns the MessageGroupId and MessageDeduplicationId of a dead letter sent to
-// a FIFO dead-letter queue: the original's group (as SQS delivered it, else its
-// MetadataGroupID, else one group for all such dead letters), and the original's SQS message ID
-// (else the message UUID), so that a dead letter sent twice within 5 minutes (its send
-// succeeded, the delete of the original did not) is stored once.
-func deadLetterGroup(d *delivery, msg *message.Message) (group, dedup string) {
-	if d != nil {
-		group, dedup = d.groupID, d.messageID
-	}
-	if !validFIFOID(group) {
-		group = msg.Metadata.Get(MetadataGroupID)
-	}
-	if !validFIFOID(group) {
-		group = "millrace-dead-letters"
-	}
-	if !validFIFOID(dedup) {
-		dedup = msg.UUID
-	}
-	if !validFIFOID(dedup) {
-		dedup = watermill.NewUUID() // deduplicated against nothing
-	}
-	return group, dedup
-}
-
 // deliverGroups hands the messages of one receive from a FIFO queue to the consumer keeping each
 // message group's order: the groups run in parallel, the messages of one group one after the
 // other, the next only once the one before is done with (acked and deleted, or left to the
@@ -149,21 +124,36 @@ func (sub *subscription) deliverGroups(ctx context.Context, batch []waitingMsg) 
 	}
 }
 
-// runGroup hands out the messages of one group of a receive in order (see deliverGroups).
+// runGroup hands out the messages of one group of a receive in order (see deliverGroups). Once
+// the subscription is ending it hands out no later member: those are given back when no poller
+// of the subscription can receive them again.
 func (sub *subscription) runGroup(ctx context.Context, msgs []waitingMsg) {
 	var handOffEnd time.Time // set once ctx has ended: the last moment to hand out this group
 	for i, r := range msgs {
-		if !sub.handOff(ctx, msgs[i:], &handOffEnd) {
+		if (i > 0 && ctx.Err() != nil) || !sub.handOff(ctx, msgs[i:], &handOffEnd) {
+			<-sub.pollersDone
 			sub.giveBackAll(ctx, msgs[i:])
 			return
 		}
 		sub.startExtension(ctx, r.d)
-		done := sub.settle(ctx, r.msg, r.d, msgs[i+1:])
+		rest := msgs[i+1:]
+		var once sync.Once
+		released := false
+		release := func() {
+			once.Do(func() {
+				released = true
+				if ctx.Err() != nil {
+					<-sub.pollersDone
+				}
+				sub.giveBackAll(ctx, rest)
+			})
+		}
+		done := sub.settle(ctx, r.msg, r.d, rest, release)
 		r.cancel()
 		sub.release(1)
 		sub.settling.Done()
-		if !done {
-			sub.giveBackAll(ctx, msgs[i+1:])
+		if !done || released {
+			release()
 			return
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -175,65 +177,60 @@ func TestFIFOKeepsGroupOrderThroughRetries(t *testing.T) {
 	}
 }
 
-// TestFIFODeadLetterKeepsTheGroup: a FIFO queue's dead letter goes to its FIFO dead-letter
-// queue ("-dlq.fifo") in the original's message group, body intact, and its record names the
-// group as OriginalKey.
+// TestFIFODeadLetterKeepsTheGroup: a FIFO queue's dead letter goes to a standard dead-letter
+// queue (where every dead letter can be read, not only each group's first), body intact, and
+// its record names the message group as OriginalKey; GiveUpRedrive, which would need a FIFO
+// dead-letter queue, is refused for a FIFO topic.
 func TestFIFODeadLetterKeepsTheGroup(t *testing.T) {
 	a := newAdapter(t, testConfig(t))
 	topic := fifoTopic("fifo-dlq")
 	runRouter(t, a, topic, router.Config{Policy: millrace.RetryPolicy{MaxAttempts: 1}},
 		func(context.Context, *message.Message, millrace.Attempt) error { return errors.New("never") })
-	if err := a.Publisher().Publish(topic, inGroup("grp-7", `{"x":"ü"}`)); err != nil {
-		t.Fatal(err)
+	for i := range 2 { // two dead letters of one group: both readable
+		if err := a.Publisher().Publish(topic, inGroup("grp-7", fmt.Sprintf(`{"x":"ü%d"}`, i))); err != nil {
+			t.Fatal(err)
+		}
 	}
 	dlq := a.QueueName(a.DeadLetterTopic(topic))
-	if !strings.HasSuffix(dlq, "-dlq.fifo") {
-		t.Fatalf("dead-letter queue %q, want a name ending in -dlq.fifo", dlq)
-	}
-	var got []types.Message
-	eventually(t, "the dead letter", func() bool {
-		got = append(got, receiveAll(t, a, dlq)...)
-		return len(got) > 0
-	})
-	if len(got) != 1 {
-		t.Fatalf("%d dead letters, want 1", len(got))
-	}
-	if g := got[0].Attributes["MessageGroupId"]; g != "grp-7" {
-		t.Errorf("dead letter in group %q, want grp-7", g)
-	}
-	if b := aws.ToString(got[0].Body); b != `{"x":"ü"}` {
-		t.Errorf("dead-letter body %q", b)
+	if strings.HasSuffix(dlq, ".fifo") {
+		t.Fatalf("dead-letter queue %q, want a standard queue", dlq)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// The record through the subscriber, once the raw receive gave the dead letter back.
-	dlqURL, err := a.Client().GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(dlq)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Client().ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
-		QueueUrl: dlqURL.QueueUrl, ReceiptHandle: got[0].ReceiptHandle, VisibilityTimeout: 0,
-	}); err != nil {
-		t.Fatal(err)
-	}
 	sub := a.Subscriber()
 	defer sub.Close()
 	ch, err := sub.Subscribe(ctx, a.DeadLetterTopic(topic))
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case m := <-ch:
-		rec, err := deadletter.FromMessage(m)
-		m.Ack()
-		if err != nil {
-			t.Fatal(err)
+	var bodies []string
+	for len(bodies) < 2 {
+		select {
+		case m := <-ch:
+			rec, err := deadletter.FromMessage(m)
+			m.Ack()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.OriginalKey != "grp-7" {
+				t.Errorf("record OriginalKey %q, want the group grp-7", rec.OriginalKey)
+			}
+			bodies = append(bodies, string(rec.Payload))
+		case <-ctx.Done():
+			t.Fatalf("dead letters read: %q, want 2", bodies)
 		}
-		if rec.OriginalKey != "grp-7" || string(rec.Payload) != `{"x":"ü"}` {
-			t.Errorf("record OriginalKey %q payload %q, want grp-7 and the original body", rec.OriginalKey, rec.Payload)
-		}
-	case <-ctx.Done():
-		t.Fatal("no dead letter through the subscriber")
+	}
+	slices.Sort(bodies)
+	if fmt.Sprint(bodies) != fmt.Sprint([]string{`{"x":"ü0"}`, `{"x":"ü1"}`}) {
+		t.Errorf("dead-letter bodies %q", bodies)
+	}
+
+	cfg := testConfig(t)
+	cfg.GiveUp = sqs.GiveUpRedrive
+	redrive := newAdapter(t, cfg)
+	var ce *millrace.ConfigError
+	if err := redrive.Provision(ctx, fifoTopic("fifo-redrive"), millrace.RetryPolicy{MaxAttempts: 1}); !errors.As(err, &ce) || !strings.Contains(ce.Field, "GiveUp") {
+		t.Errorf("Provision of a FIFO topic with GiveUpRedrive = %v, want a ConfigError on GiveUp", err)
 	}
 }
 
@@ -290,14 +287,57 @@ func TestFIFOGroupMembersWaitAndAreGivenBack(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the group did not end after a nack")
 	}
-	// m0 is deleted, m1 hidden for the visibility timeout (3 s), m2 visible again at once.
-	got := receiveAll(t, a, a.QueueName(topic))
-	if len(got) != 1 || aws.ToString(got[0].Body) != "2" {
-		t.Fatalf("after the nack the queue handed out %d messages, want only the given-back %q", len(got), "2")
+	// m0 is deleted, m1 hidden for the visibility timeout (3 s), m2 visible again at once: SQS
+	// counted the receive it was given back from, the adapter does not count it as an attempt.
+	sub := a.Subscriber()
+	defer sub.Close()
+	ch, err := sub.Subscribe(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if n := got[0].Attributes["ApproximateReceiveCount"]; n != "2" {
-		t.Errorf("given-back member's receive count %s, want 2 (SQS counts the receive it was not handled in)", n)
+	select {
+	case m := <-ch:
+		at := a.DecodeAttempt(m)
+		m.Ack()
+		if string(m.Payload) != "2" || at.NativeCount != 2 || at.Number != 1 {
+			t.Fatalf("after the nack: %q, receive count %d, attempt %d; want the given-back %q, received twice, attempt 1", m.Payload, at.NativeCount, at.Number, "2")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the given-back member was not visible again at once")
 	}
+}
+
+// TestFIFOWaitingMembersReleasedWhenThePredecessorExpires: a consumer that never settles a
+// member does not hold its group for ever: once that member's visibility timeout (3 s) has
+// passed, the members waiting for it are given back, so SQS can hand the group out again.
+func TestFIFOWaitingMembersReleasedWhenThePredecessorExpires(t *testing.T) {
+	a := newAdapter(t, testConfig(t))
+	topic := fifoTopic("fifo-expire")
+	for i := range 2 {
+		if err := a.Publisher().Publish(topic, inGroup(fmt.Sprintf("e%d", i), fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, err := sqs.DeliverAsOneGroup(ctx, a, topic, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-out: // handed out and never settled
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first member was not handed out")
+	}
+	start := time.Now()
+	for time.Since(start) < 8*time.Second {
+		for _, m := range receiveAll(t, a, a.QueueName(topic)) {
+			if aws.ToString(m.Body) == "1" {
+				return
+			}
+		}
+	}
+	t.Fatal("the waiting member stayed hidden 8 s after its predecessor's 3 s visibility timeout began")
 }
 
 // TestFIFOWaitingMembersStayHidden: members of a group waiting for the one before them are kept
@@ -343,5 +383,65 @@ func TestFIFOWaitingMembersStayHidden(t *testing.T) {
 	hold("2", 0)
 	if got := <-stolen; len(got) > 0 {
 		t.Fatalf("another consumer received %d waiting members (first %q after %s)", len(got), aws.ToString(got[0].Body), time.Since(start))
+	}
+}
+
+// TestFIFOGroupsOfOneReceiveRunInParallel: of a receive holding members of two groups
+// (x0 y0 x1 y1 in send order), the first member of each group is handed out at once, and each
+// group's next member only once the one before it in its own group was acked.
+func TestFIFOGroupsOfOneReceiveRunInParallel(t *testing.T) {
+	a := newAdapter(t, testConfig(t))
+	topic := fifoTopic("fifo-parallel")
+	names := []string{"x0", "y0", "x1", "y1"}
+	for _, p := range names {
+		if err := a.Publisher().Publish(topic, inGroup("own-"+p, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, err := sqs.DeliverAsGroups(ctx, a, topic, []string{"x", "y", "x", "y"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := func() *message.Message {
+		t.Helper()
+		select {
+		case m := <-out:
+			return m
+		case <-time.After(10 * time.Second):
+			t.Fatal("nothing handed out")
+		}
+		return nil
+	}
+	quiet := func(why string) {
+		t.Helper()
+		select {
+		case m := <-out:
+			t.Fatalf("%q handed out %s", m.Payload, why)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	first := map[string]*message.Message{}
+	for range 2 {
+		m := take()
+		first[string(m.Payload)] = m
+	}
+	if first["x0"] == nil || first["y0"] == nil {
+		t.Fatalf("first hand-outs %v, want x0 and y0", slices.Collect(maps.Keys(first)))
+	}
+	quiet("while x0 and y0 were being handled")
+	first["y0"].Ack()
+	if m := take(); string(m.Payload) != "y1" {
+		t.Fatalf("after y0's ack %q was handed out, want y1", m.Payload)
+	} else {
+		m.Ack()
+	}
+	quiet("while x0 was being handled")
+	first["x0"].Ack()
+	if m := take(); string(m.Payload) != "x1" {
+		t.Fatalf("after x0's ack %q was handed out, want x1", m.Payload)
+	} else {
+		m.Ack()
 	}
 }

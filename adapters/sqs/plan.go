@@ -110,6 +110,14 @@ func planConfig(cfg Config, cfgErr error, spec plan.Spec) plan.BrokerPlan {
 			cfg.maxDelay())})
 
 	work, dlq := a.QueueName(spec.Topic), a.QueueName(a.DeadLetterTopic(spec.Topic))
+	if isFIFOQueue(work) {
+		var err error
+		if cfg.GiveUp == GiveUpRedrive {
+			err = errors.New("give_up=redrive on a FIFO queue")
+		}
+		bp.AddRule("a FIFO queue gives up by sending (GiveUpSend) to a standard dead-letter queue", "sqs.Adapter.Provision", err,
+			"SQS would redrive a FIFO queue's messages only to a FIFO queue, where only the first dead letter of each group can be read")
+	}
 	redrive := plan.Setting{Name: attrRedrive, Value: "absent, or maxReceiveCount " + strconv.Itoa(spec.Policy.MaxAttempts),
 		Why: "GiveUpSend: the adapter sends dead letters; a safety-net RedrivePolicy must count MaxAttempts receives"}
 	redriveRule := plan.Rule{Check: "RedrivePolicy maxReceiveCount = MaxAttempts", By: "sqs.Adapter.Provision", Status: plan.Pass,
@@ -138,10 +146,8 @@ func planConfig(cfg Config, cfgErr error, spec plan.Spec) plan.BrokerPlan {
 	}
 
 	if isFIFOQueue(work) {
-		for i, why := range []string{"a topic ending in .fifo: each message group's order is kept",
-			"the dead-letter queue of a FIFO queue must be a FIFO queue"} {
-			bp.Topology[i].Settings = append(bp.Topology[i].Settings, plan.Setting{Name: "FifoQueue", Value: "true", Why: why})
-		}
+		bp.Topology[0].Settings = append(bp.Topology[0].Settings, plan.Setting{Name: "FifoQueue", Value: "true",
+			Why: "a topic ending in .fifo: each message group's order is kept; its dead-letter queue is a standard queue, whose dead letters can be listed and replayed one by one"})
 	}
 	bp.DeadLetter = dlq
 	plan.MapSteps(bp.Steps, func(d time.Duration) time.Duration {

@@ -44,6 +44,11 @@ func (a *Adapter) Provision(ctx context.Context, topic string, policy millrace.R
 	if err := checkRetention(policy, a.cfg.VisibilityTimeout); err != nil {
 		return err
 	}
+	if a.cfg.GiveUp == GiveUpRedrive && isFIFOQueue(a.QueueName(topic)) {
+		return &millrace.ConfigError{Field: "sqs.Config.GiveUp", Value: "GiveUpRedrive (topic " + topic + ")",
+			Rule: "a FIFO queue needs GiveUpSend: SQS's RedrivePolicy moves a FIFO queue's messages only to a FIFO dead-letter queue, " +
+				"which hands out only the first dead letter of each message group, so the others could be neither listed nor replayed"}
+	}
 	need := retentionNeeded(policy, a.cfg.VisibilityTimeout)
 
 	dlqName := a.QueueName(a.DeadLetterTopic(topic))

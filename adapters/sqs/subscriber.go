@@ -39,7 +39,7 @@ const (
 // messages they got are handed to the consumer as ordinary deliveries, whose verdicts count as
 // usual. Only a message the consumer does not take within
 // HandOffWait (1 s) is given back (ChangeMessageVisibility 0); SQS has then counted a receive
-// that no handler saw. A subscription ending does not cancel the handler contexts; a context
+// that no handler saw (this adapter does not count it as an attempt: see DecodeAttempt). A subscription ending does not cancel the handler contexts; a context
 // ends with its delivery: after the verdict, or when the message's visibility timeout runs out
 // while the subscription waits for that verdict at Close.
 func (a *Adapter) Subscriber() message.Subscriber {
@@ -104,9 +104,10 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	out := make(chan *message.Message)
 	sub := &subscription{
 		a: a, topic: topic, url: url, out: out, fifo: isFIFOQueue(url),
-		slots:      make(chan struct{}, a.cfg.Window),
-		deletes:    newDeleteBatcher(a, url),
-		visibility: newVisibilityBatcher(a, url),
+		slots:       make(chan struct{}, a.cfg.Window),
+		pollersDone: make(chan struct{}),
+		deletes:     newDeleteBatcher(a, url),
+		visibility:  newVisibilityBatcher(a, url),
 	}
 	go func() {
 		defer s.wg.Done()
@@ -132,6 +133,10 @@ type subscription struct {
 	visibility *batcher
 	settling   sync.WaitGroup // one per message received
 
+	// pollersDone is closed once every poller has stopped: a FIFO group's members given back
+	// while the subscription ends wait for it (see runGroup).
+	pollersDone chan struct{}
+
 	// untaken holds the messages the consumer did not take while the subscription ended; run
 	// gives them back once every poller has stopped, so that no receive of this subscription
 	// still in flight gets them again.
@@ -152,6 +157,7 @@ func (sub *subscription) run(ctx context.Context) {
 		pollers.Go(func() { sub.poll(ctx) })
 	}
 	pollers.Wait()
+	close(sub.pollersDone)
 	sub.mu.Lock()
 	back := sub.untaken
 	sub.untaken = nil
@@ -275,6 +281,7 @@ type waitingMsg struct {
 func (sub *subscription) decode(ctx context.Context, sm *types.Message, receivedAt time.Time) waitingMsg {
 	msg, d := decodeMessage(sm)
 	d.topic, d.queueURL, d.sub = sub.topic, sub.url, sub
+	d.givenBack = sub.a.givenBack.count(d.messageID)
 	d.receivedAt = receivedAt
 	d.hiddenUntil.Store(receivedAt.Add(sub.a.cfg.VisibilityTimeout).UnixNano())
 	d.extended = make(chan struct{})
@@ -310,7 +317,7 @@ func (sub *subscription) deliver(ctx context.Context, batch []waitingMsg) {
 			defer sub.settling.Done()
 			defer sub.release(1)
 			defer r.cancel()
-			sub.settle(ctx, r.msg, r.d, nil)
+			sub.settle(ctx, r.msg, r.d, nil, nil)
 		}()
 	}
 }
@@ -416,9 +423,11 @@ func (sub *subscription) handOff(ctx context.Context, waiting []waitingMsg, hand
 // settle relays the verdict of a message handed out; a message the consumer took keeps its
 // verdict relayed until its visibility timeout ends, after which SQS hands it out again anyway.
 // Meanwhile the later messages of its group, waiting (FIFO queues: see deliverGroups), are kept
-// hidden. It reports whether the message is done with, so that the next of its group may be
-// handled: acked and deleted (or left to the RedrivePolicy).
-func (sub *subscription) settle(ctx context.Context, msg *message.Message, d *delivery, waiting []waitingMsg) bool {
+// hidden, until the message's own invisibility ends without a verdict: release then gives them
+// back, so that SQS can hand out the group again, in order. It reports whether the message is
+// done with, so that the next of its group may be handled: acked and deleted (or left to the
+// RedrivePolicy).
+func (sub *subscription) settle(ctx context.Context, msg *message.Message, d *delivery, waiting []waitingMsg, release func()) bool {
 	vt := sub.a.cfg.VisibilityTimeout
 	var refresh, expiry <-chan time.Time
 	var keep *time.Timer
@@ -435,6 +444,11 @@ func (sub *subscription) settle(ctx context.Context, msg *message.Message, d *de
 		case <-msg.Nacked():
 			return false
 		case <-refresh:
+			if time.Now().UnixNano() >= d.hiddenUntil.Load() { // SQS may hand the message out again
+				release()
+				refresh = nil
+				continue
+			}
 			sub.keepHidden(ctx, waiting)
 			keep.Reset(waiting[0].d.nextRefresh(vt))
 		case <-ending:
@@ -469,7 +483,9 @@ func (sub *subscription) giveBack(ctx context.Context, receipt *string, messageI
 	if err := sub.visibility.do(callCtx, aws.ToString(receipt), 0); err != nil {
 		sub.a.cfg.Logger.WarnContext(ctx, "millrace sqs: cannot give back a message nobody took; it returns after its visibility timeout",
 			"queue", sub.url, "message_id", messageID, "error", err)
+		return
 	}
+	sub.a.givenBack.add(messageID)
 }
 
 // remove deletes an acked message, in a DeleteMessageBatch with the acks of the same moment.
@@ -482,6 +498,7 @@ func (sub *subscription) remove(ctx context.Context, d *delivery) bool {
 	defer cancel()
 	err := sub.deletes.do(callCtx, d.receipt, 0)
 	if err == nil || alreadyDeleted(err) {
+		sub.a.givenBack.forget(d.messageID)
 		return true
 	}
 	sub.a.cfg.Logger.ErrorContext(ctx, "millrace sqs: cannot delete an acked message; it is delivered again after its visibility timeout",

@@ -274,14 +274,13 @@ var (
 // Adapter returns the adapter on this connection.
 func (b *urlBroker) Adapter() millrace.Adapter { return b.a }
 
-// PrepareReplay gives a dead letter of a FIFO queue (its record's OriginalKey is its message
-// group) back its group, unless its metadata names one, and a fresh deduplication ID: SQS would
-// otherwise drop a replay within 5 minutes of the original's send as a duplicate of it.
+// PrepareReplay gives a replay a fresh deduplication ID (metadata MetadataDeduplicationID): on
+// a FIFO queue SQS would otherwise drop a replay within 5 minutes of the original's send as a
+// duplicate of it (same UUID), and the dead letter, replayed, would be deleted. A dead letter of
+// a FIFO queue (its record's OriginalKey is its message group) gets its group back, unless its
+// metadata names one.
 func (b *urlBroker) PrepareReplay(rec deadletter.Record, msg *message.Message) {
-	if rec.OriginalKey == "" {
-		return
-	}
-	if msg.Metadata.Get(MetadataGroupID) == "" {
+	if rec.OriginalKey != "" && msg.Metadata.Get(MetadataGroupID) == "" {
 		msg.Metadata.Set(MetadataGroupID, rec.OriginalKey)
 	}
 	msg.Metadata.Set(MetadataDeduplicationID, watermill.NewUUID())
@@ -303,7 +302,7 @@ func (b *urlBroker) DeadLetterDestinations(ctx context.Context) ([]brokerurl.Des
 		}
 		for _, qurl := range page.QueueUrls {
 			name := qurl[strings.LastIndexByte(qurl, '/')+1:]
-			if len(strings.TrimSuffix(name, fifoSuffix)) > len(b.a.cfg.DeadLetterSuffix) && b.a.isDeadLetterQueue(name) {
+			if len(name) > len(b.a.cfg.DeadLetterSuffix) && b.a.isDeadLetterQueue(name) {
 				names = append(names, name)
 			}
 		}
@@ -344,7 +343,7 @@ func (b *urlBroker) DeadLetterDestinations(ctx context.Context) ([]brokerurl.Des
 			}
 			depth += n
 		}
-		out = append(out, brokerurl.Destination{Name: name, Topic: b.a.workQueueOf(name), Depth: depth, Approximate: true})
+		out = append(out, brokerurl.Destination{Name: name, Topic: strings.TrimSuffix(name, b.a.cfg.DeadLetterSuffix), Depth: depth, Approximate: true})
 	}
 	return out, nil
 }
