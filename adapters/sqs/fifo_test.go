@@ -445,3 +445,53 @@ func TestFIFOGroupsOfOneReceiveRunInParallel(t *testing.T) {
 		m.Ack()
 	}
 }
+
+// TestFIFOEndingHandsOutNoLaterMember: once the subscription ends, the member being handled
+// still gets its verdict relayed (its ack deletes it), but no later member of its group is
+// handed out: it is given back, visible again at once, and not counted as an attempt.
+func TestFIFOEndingHandsOutNoLaterMember(t *testing.T) {
+	a := newAdapter(t, testConfig(t))
+	topic := fifoTopic("fifo-ending")
+	for i := range 2 {
+		if err := a.Publisher().Publish(topic, inGroup(fmt.Sprintf("n%d", i), fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	out, err := sqs.DeliverAsOneGroup(ctx, a, topic, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m0 *message.Message
+	select {
+	case m0 = <-out:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first member was not handed out")
+	}
+	cancel() // the subscription ends while m0 is handled
+	m0.Ack()
+	select {
+	case m, ok := <-out:
+		if ok {
+			t.Fatalf("%q handed out after the subscription ended", m.Payload)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the group did not end")
+	}
+	sub := a.Subscriber()
+	defer sub.Close()
+	ch, err := sub.Subscribe(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-ch:
+		at := a.DecodeAttempt(m)
+		m.Ack()
+		if string(m.Payload) != "1" || at.Number != 1 {
+			t.Fatalf("after the end: %q as attempt %d, want the given-back %q as attempt 1 (m0 deleted)", m.Payload, at.Number, "1")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the given-back member was not visible again at once")
+	}
+}
