@@ -56,6 +56,98 @@ func receiveAll(t *testing.T, a *sqs.Adapter, queue string) []types.Message {
 	return got
 }
 
+// asGroups publishes one message per payload, each in an SQS group of its own (fauxqs returns
+// one member of a group per receive), receives them and hands them out through a subscription
+// as members of the groups named (sqs.DeliverAsGroups; the i-th payload in groups[i]). The
+// subscription ends with the test, or with cancel.
+func asGroups(t *testing.T, a *sqs.Adapter, topic string, payloads, groups []string) (out <-chan *message.Message, cancel context.CancelFunc) {
+	t.Helper()
+	for _, p := range payloads {
+		if err := a.Publisher().Publish(topic, inGroup("own-"+p, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	out, err := sqs.DeliverAsGroups(ctx, a, topic, groups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, cancel
+}
+
+// asOneGroup is asGroups with every payload ("0", "1", ... n-1) in one group.
+func asOneGroup(t *testing.T, a *sqs.Adapter, topic string, n int) (<-chan *message.Message, context.CancelFunc) {
+	t.Helper()
+	payloads, groups := make([]string, n), make([]string, n)
+	for i := range n {
+		payloads[i], groups[i] = fmt.Sprint(i), "one"
+	}
+	return asGroups(t, a, topic, payloads, groups)
+}
+
+// handedOut returns the next message out hands out, failing the test after 10 s or if out was
+// closed.
+func handedOut(t *testing.T, out <-chan *message.Message) *message.Message {
+	t.Helper()
+	select {
+	case m, ok := <-out:
+		if !ok {
+			t.Fatal("the hand-outs ended")
+		}
+		return m
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing handed out in 10 s")
+	}
+	return nil
+}
+
+// quiet fails the test if out hands out a message within 300 ms.
+func quiet(t *testing.T, out <-chan *message.Message, why string) {
+	t.Helper()
+	select {
+	case m, ok := <-out:
+		if ok {
+			t.Fatalf("%q handed out %s", m.Payload, why)
+		}
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// ended fails the test unless out is closed within 10 s without handing out anything more.
+func ended(t *testing.T, out <-chan *message.Message, why string) {
+	t.Helper()
+	select {
+	case m, ok := <-out:
+		if ok {
+			t.Fatalf("%q handed out %s", m.Payload, why)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the hand-outs did not end %s", why)
+	}
+}
+
+// nextThroughSubscriber returns the payload and attempt of the first message a subscription of
+// a on topic delivers within 2 s (acked).
+func nextThroughSubscriber(t *testing.T, a *sqs.Adapter, topic string) (string, millrace.Attempt) {
+	t.Helper()
+	sub := a.Subscriber()
+	t.Cleanup(func() { _ = sub.Close() })
+	ch, err := sub.Subscribe(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-ch:
+		at := a.DecodeAttempt(m)
+		m.Ack()
+		return string(m.Payload), at
+	case <-time.After(2 * time.Second):
+		t.Fatal("nothing visible within 2 s")
+	}
+	return "", millrace.Attempt{}
+}
+
 // TestFIFOPublishNeedsAGroup: a message for a FIFO topic goes to a ".fifo" queue in the group
 // its metadata names; one without a valid group is refused with ErrMessageGroup and nothing is
 // sent; on a standard queue the group key is plain metadata.
@@ -240,70 +332,20 @@ func TestFIFODeadLetterKeepsTheGroup(t *testing.T) {
 func TestFIFOGroupMembersWaitAndAreGivenBack(t *testing.T) {
 	a := newAdapter(t, testConfig(t))
 	topic := fifoTopic("fifo-members")
-	for i := range 3 { // one SQS group each: fauxqs returns one member of a group per receive
-		if err := a.Publisher().Publish(topic, inGroup(fmt.Sprintf("m%d", i), fmt.Sprint(i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out, err := sqs.DeliverAsOneGroup(ctx, a, topic, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := func(want string) *message.Message {
-		t.Helper()
-		select {
-		case m := <-out:
-			if string(m.Payload) != want {
-				t.Fatalf("handed out %q, want %q", m.Payload, want)
-			}
-			return m
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%q not handed out", want)
-		}
-		return nil
-	}
-	quiet := func(why string) {
-		t.Helper()
-		select {
-		case m, ok := <-out:
-			if ok {
-				t.Fatalf("%q handed out %s", m.Payload, why)
-			}
-		case <-time.After(300 * time.Millisecond):
-		}
-	}
-	m0 := next("0")
-	quiet("while the member before it was being handled")
+	out, _ := asOneGroup(t, a, topic, 3)
+	m0 := handedOut(t, out)
+	quiet(t, out, "while the member before it was being handled")
 	m0.Ack()
-	m1 := next("1")
-	m1.Nack()
-	select {
-	case m, ok := <-out:
-		if ok {
-			t.Fatalf("%q handed out after the member before it was nacked", m.Payload)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the group did not end after a nack")
+	m1 := handedOut(t, out)
+	if string(m0.Payload) != "0" || string(m1.Payload) != "1" {
+		t.Fatalf("handed out %q then %q, want 0 then 1", m0.Payload, m1.Payload)
 	}
+	m1.Nack()
+	ended(t, out, "after the member before it was nacked")
 	// m0 is deleted, m1 hidden for the visibility timeout (3 s), m2 visible again at once: SQS
 	// counted the receive it was given back from, the adapter does not count it as an attempt.
-	sub := a.Subscriber()
-	defer sub.Close()
-	ch, err := sub.Subscribe(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case m := <-ch:
-		at := a.DecodeAttempt(m)
-		m.Ack()
-		if string(m.Payload) != "2" || at.NativeCount != 2 || at.Number != 1 {
-			t.Fatalf("after the nack: %q, receive count %d, attempt %d; want the given-back %q, received twice, attempt 1", m.Payload, at.NativeCount, at.Number, "2")
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("the given-back member was not visible again at once")
+	if p, at := nextThroughSubscriber(t, a, topic); p != "2" || at.NativeCount != 2 || at.Number != 1 {
+		t.Fatalf("after the nack: %q, receive count %d, attempt %d; want the given-back %q, received twice, attempt 1", p, at.NativeCount, at.Number, "2")
 	}
 }
 
@@ -313,22 +355,8 @@ func TestFIFOGroupMembersWaitAndAreGivenBack(t *testing.T) {
 func TestFIFOWaitingMembersReleasedWhenThePredecessorExpires(t *testing.T) {
 	a := newAdapter(t, testConfig(t))
 	topic := fifoTopic("fifo-expire")
-	for i := range 2 {
-		if err := a.Publisher().Publish(topic, inGroup(fmt.Sprintf("e%d", i), fmt.Sprint(i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out, err := sqs.DeliverAsOneGroup(ctx, a, topic, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-out: // handed out and never settled
-	case <-time.After(10 * time.Second):
-		t.Fatal("the first member was not handed out")
-	}
+	out, _ := asOneGroup(t, a, topic, 2)
+	handedOut(t, out) // and never settled
 	start := time.Now()
 	for time.Since(start) < 8*time.Second {
 		for _, m := range receiveAll(t, a, a.QueueName(topic)) {
@@ -346,17 +374,7 @@ func TestFIFOWaitingMembersReleasedWhenThePredecessorExpires(t *testing.T) {
 func TestFIFOWaitingMembersStayHidden(t *testing.T) {
 	a := newAdapter(t, testConfig(t))
 	topic := fifoTopic("fifo-hidden")
-	for i := range 3 {
-		if err := a.Publisher().Publish(topic, inGroup(fmt.Sprintf("h%d", i), fmt.Sprint(i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out, err := sqs.DeliverAsOneGroup(ctx, a, topic, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, _ := asOneGroup(t, a, topic, 3)
 	start := time.Now()
 	stolen := make(chan []types.Message, 1)
 	go func() { // another consumer, for 5 s: it must get nothing
@@ -366,21 +384,14 @@ func TestFIFOWaitingMembersStayHidden(t *testing.T) {
 		}
 		stolen <- got
 	}()
-	hold := func(want string, d time.Duration) {
-		select {
-		case m := <-out:
-			if string(m.Payload) != want {
-				t.Errorf("handed out %q, want %q", m.Payload, want)
-			}
-			time.Sleep(d)
-			m.Ack()
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%q not handed out", want)
+	for i, d := range []time.Duration{2500 * time.Millisecond, 2500 * time.Millisecond, 0} {
+		m := handedOut(t, out)
+		if string(m.Payload) != fmt.Sprint(i) {
+			t.Errorf("handed out %q, want %q", m.Payload, fmt.Sprint(i))
 		}
+		time.Sleep(d)
+		m.Ack()
 	}
-	hold("0", 2500*time.Millisecond)
-	hold("1", 2500*time.Millisecond)
-	hold("2", 0)
 	if got := <-stolen; len(got) > 0 {
 		t.Fatalf("another consumer received %d waiting members (first %q after %s)", len(got), aws.ToString(got[0].Body), time.Since(start))
 	}
@@ -392,54 +403,25 @@ func TestFIFOWaitingMembersStayHidden(t *testing.T) {
 func TestFIFOGroupsOfOneReceiveRunInParallel(t *testing.T) {
 	a := newAdapter(t, testConfig(t))
 	topic := fifoTopic("fifo-parallel")
-	names := []string{"x0", "y0", "x1", "y1"}
-	for _, p := range names {
-		if err := a.Publisher().Publish(topic, inGroup("own-"+p, p)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out, err := sqs.DeliverAsGroups(ctx, a, topic, []string{"x", "y", "x", "y"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	take := func() *message.Message {
-		t.Helper()
-		select {
-		case m := <-out:
-			return m
-		case <-time.After(10 * time.Second):
-			t.Fatal("nothing handed out")
-		}
-		return nil
-	}
-	quiet := func(why string) {
-		t.Helper()
-		select {
-		case m := <-out:
-			t.Fatalf("%q handed out %s", m.Payload, why)
-		case <-time.After(300 * time.Millisecond):
-		}
-	}
+	out, _ := asGroups(t, a, topic, []string{"x0", "y0", "x1", "y1"}, []string{"x", "y", "x", "y"})
 	first := map[string]*message.Message{}
 	for range 2 {
-		m := take()
+		m := handedOut(t, out)
 		first[string(m.Payload)] = m
 	}
 	if first["x0"] == nil || first["y0"] == nil {
 		t.Fatalf("first hand-outs %v, want x0 and y0", slices.Collect(maps.Keys(first)))
 	}
-	quiet("while x0 and y0 were being handled")
+	quiet(t, out, "while x0 and y0 were being handled")
 	first["y0"].Ack()
-	if m := take(); string(m.Payload) != "y1" {
+	if m := handedOut(t, out); string(m.Payload) != "y1" {
 		t.Fatalf("after y0's ack %q was handed out, want y1", m.Payload)
 	} else {
 		m.Ack()
 	}
-	quiet("while x0 was being handled")
+	quiet(t, out, "while x0 was being handled")
 	first["x0"].Ack()
-	if m := take(); string(m.Payload) != "x1" {
+	if m := handedOut(t, out); string(m.Payload) != "x1" {
 		t.Fatalf("after x0's ack %q was handed out, want x1", m.Payload)
 	} else {
 		m.Ack()
@@ -452,46 +434,12 @@ func TestFIFOGroupsOfOneReceiveRunInParallel(t *testing.T) {
 func TestFIFOEndingHandsOutNoLaterMember(t *testing.T) {
 	a := newAdapter(t, testConfig(t))
 	topic := fifoTopic("fifo-ending")
-	for i := range 2 {
-		if err := a.Publisher().Publish(topic, inGroup(fmt.Sprintf("n%d", i), fmt.Sprint(i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	out, err := sqs.DeliverAsOneGroup(ctx, a, topic, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m0 *message.Message
-	select {
-	case m0 = <-out:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the first member was not handed out")
-	}
+	out, cancel := asOneGroup(t, a, topic, 2)
+	m0 := handedOut(t, out)
 	cancel() // the subscription ends while m0 is handled
 	m0.Ack()
-	select {
-	case m, ok := <-out:
-		if ok {
-			t.Fatalf("%q handed out after the subscription ended", m.Payload)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the group did not end")
-	}
-	sub := a.Subscriber()
-	defer sub.Close()
-	ch, err := sub.Subscribe(context.Background(), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case m := <-ch:
-		at := a.DecodeAttempt(m)
-		m.Ack()
-		if string(m.Payload) != "1" || at.Number != 1 {
-			t.Fatalf("after the end: %q as attempt %d, want the given-back %q as attempt 1 (m0 deleted)", m.Payload, at.Number, "1")
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("the given-back member was not visible again at once")
+	ended(t, out, "after the subscription ended")
+	if p, at := nextThroughSubscriber(t, a, topic); p != "1" || at.Number != 1 {
+		t.Fatalf("after the end: %q as attempt %d, want the given-back %q as attempt 1 (m0 deleted)", p, at.Number, "1")
 	}
 }
