@@ -247,6 +247,10 @@
 //     OriginalKey names the group, and a replay (`millrace dlq replay`) sends the message in it
 //     again with a fresh deduplication ID (the UUID would make SQS drop a replay within 5
 //     minutes of the original as a duplicate).
+//   - Each receive from a FIFO queue carries a ReceiveRequestAttemptId of its own, which the
+//     SDK's retries of it repeat: SQS answers a retry whose first answer was lost with the same
+//     messages instead of leaving them in flight, their groups locked, until their visibility
+//     timeout. fauxqs accepts and ignores it, so its effect is not tested here.
 //   - Local endpoints: fauxqs hands out one member per group per receive (real SQS may return
 //     several), so TestFIFOGroupMembersWaitAndAreGivenBack, TestFIFOGroupsOfOneReceiveRunInParallel
 //     and their siblings read members of several SQS groups as members of the groups they name

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -230,6 +231,12 @@ func (sub *subscription) poll(ctx context.Context) {
 			return
 		}
 		input.MaxNumberOfMessages = int32(n)
+		if sub.fifo {
+			// One per receive, the same for the SDK's retries of it: SQS answers a retry whose
+			// first answer was lost with the same messages, instead of leaving them in flight
+			// (their groups locked) until their visibility timeout.
+			input.ReceiveRequestAttemptId = aws.String(watermill.NewUUID())
+		}
 		pollCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.receiveTimeout())
 		res, err := a.client.ReceiveMessage(pollCtx, input, longerRequests(a.cfg.receiveTimeout()))
 		timedOut := errors.Is(pollCtx.Err(), context.DeadlineExceeded)
