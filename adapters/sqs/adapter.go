@@ -33,6 +33,10 @@ type Adapter struct {
 	closed      bool
 	subscribers map[*subscriber]struct{}
 	redrive     map[string]int // topic -> maxReceiveCount of its RedrivePolicy, from Provision
+	// countAll holds the topics whose queue has a RedrivePolicy (from Provision): SQS moves
+	// their messages after maxReceiveCount receives, give-backs included, so every receive is
+	// an attempt there.
+	countAll map[string]bool
 
 	givenBack givenBack // receives given back unhandled, not counted as attempts
 }
@@ -123,6 +127,17 @@ func (a *Adapter) QueueName(topic string) string {
 		return queueName(base, maxQueueName-len(a.cfg.DeadLetterSuffix)) + a.cfg.DeadLetterSuffix
 	}
 	return QueueName(topic)
+}
+
+// receivesCount reports whether every receive of topic's messages counts as an attempt: under
+// GiveUpRedrive, or when Provision found a RedrivePolicy on the queue.
+func (a *Adapter) receivesCount(topic string) bool {
+	if a.cfg.GiveUp == GiveUpRedrive {
+		return true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.countAll[topic]
 }
 
 // isDeadLetterQueue reports whether a queue name is a dead-letter queue's.

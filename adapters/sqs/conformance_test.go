@@ -34,9 +34,9 @@ func TestConformance(t *testing.T) { conformance.Run(t, harness{}) }
 
 // fifoHarness runs the suite on FIFO queues: every topic the suite makes ends in ".fifo", and
 // each message is a group of its own (Config.MessageGroup), as the suite's messages need no
-// order among them: retries, dead letters (to a FIFO dead-letter queue), decode errors and
-// crashes must hold on a FIFO queue as on a standard one. The order within a group is
-// TestFIFO*'s.
+// order among them: retries, dead letters (to the standard dead-letter queue of a FIFO topic),
+// decode errors and the hostile-input battery must hold on a FIFO queue as on a standard one.
+// The order within a group is TestFIFO*'s.
 type fifoHarness struct{ harness }
 
 func (fifoHarness) NewAdapter(_ context.Context, t testing.TB) (millrace.Adapter, error) {

@@ -233,24 +233,29 @@
 //     delete failed) is given back unhandled (ChangeMessageVisibility 0), as AWS Lambda does
 //     for FIFO batches, and SQS hands it out again after its predecessor. SQS counts that
 //     receive in ApproximateReceiveCount (Attempt.NativeCount); the adapter remembers the
-//     receives it gave back (per message ID, in this process, up to 65,536 messages) and
-//     DecodeAttempt does not count them as attempts. Another process, or this one after a
-//     restart, does count them; FirstAttemptAt is the first receive all the same, so MaxElapsed
-//     runs from it; and a RedrivePolicy counts every receive.
+//     receives it gave back (per message ID, in this Adapter, up to 65,536 messages, each for
+//     12 h) and DecodeAttempt does not count them as attempts. Another adapter or process, or
+//     this one after a restart, does count them; FirstAttemptAt is the first receive all the
+//     same, so MaxElapsed runs from it. On a queue with a RedrivePolicy (one Provision found
+//     under GiveUpSend; GiveUpRedrive is refused for FIFO topics) every receive counts, as SQS
+//     counts it for maxReceiveCount: there members waiting behind a predecessor that keeps
+//     failing can be moved to the policy's dead-letter queue unhandled, as with Lambda.
 //   - When the subscription ends, no later member of a group is handed out: the rest are given
 //     back once the subscription's pollers have stopped, as the messages the consumer did not
 //     take are.
-//   - Dead letters: GiveUpSend only (Provision refuses GiveUpRedrive for a FIFO topic: SQS would
+//   - Dead letters: GiveUpSend only (Provision and Subscribe refuse GiveUpRedrive for a FIFO topic: SQS would
 //     move the messages only to a FIFO dead-letter queue, which hands out only the first dead
 //     letter of each group, so the others could be neither listed nor replayed). The
-//     dead-letter queue of "orders.fifo" is the standard queue "orders-fifo-dlq"; each record's
+//     dead-letter queue of "orders.fifo" is the standard queue "orders-fifo-dlq" (the one the
+//     standard topic "orders-fifo" has too: topics that map to one name share queues); each record's
 //     OriginalKey names the group, and a replay (`millrace dlq replay`) sends the message in it
 //     again with a fresh deduplication ID (the UUID would make SQS drop a replay within 5
 //     minutes of the original as a duplicate).
 //   - Each receive from a FIFO queue carries a ReceiveRequestAttemptId of its own, which the
-//     SDK's retries of it repeat: SQS answers a retry whose first answer was lost with the same
-//     messages instead of leaving them in flight, their groups locked, until their visibility
-//     timeout. fauxqs accepts and ignores it, so its effect is not tested here.
+//     SDK's retries of it repeat, and so does the next receive after a failed one: SQS answers
+//     a retry whose first answer was lost with the same messages instead of leaving them in
+//     flight, their groups locked, until their visibility timeout. fauxqs accepts and ignores
+//     it, so its effect is not tested here.
 //   - Local endpoints: fauxqs hands out one member per group per receive (real SQS may return
 //     several), so TestFIFOGroupMembersWaitAndAreGivenBack, TestFIFOGroupsOfOneReceiveRunInParallel
 //     and their siblings read members of several SQS groups as members of the groups they name

@@ -89,3 +89,7 @@ func seq(m types.Message) string {
 	s := m.Attributes[string(types.MessageSystemAttributeNameSequenceNumber)]
 	return fmt.Sprintf("%040s", s)
 }
+
+// ReceivesCount reports whether every receive of topic's messages counts as an attempt on a
+// (see Adapter.receivesCount).
+func ReceivesCount(a *Adapter, topic string) bool { return a.receivesCount(topic) }

@@ -324,6 +324,9 @@ func TestFIFODeadLetterKeepsTheGroup(t *testing.T) {
 	if err := redrive.Provision(ctx, fifoTopic("fifo-redrive"), millrace.RetryPolicy{MaxAttempts: 1}); !errors.As(err, &ce) || !strings.Contains(ce.Field, "GiveUp") {
 		t.Errorf("Provision of a FIFO topic with GiveUpRedrive = %v, want a ConfigError on GiveUp", err)
 	}
+	if _, err := redrive.Subscriber().Subscribe(ctx, fifoTopic("fifo-redrive")); !errors.As(err, &ce) || !strings.Contains(ce.Field, "GiveUp") {
+		t.Errorf("Subscribe to a FIFO topic with GiveUpRedrive = %v, want a ConfigError on GiveUp", err)
+	}
 }
 
 // TestFIFOGroupMembersWaitAndAreGivenBack: of the members of one group that one receive

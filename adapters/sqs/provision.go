@@ -44,10 +44,8 @@ func (a *Adapter) Provision(ctx context.Context, topic string, policy millrace.R
 	if err := checkRetention(policy, a.cfg.VisibilityTimeout); err != nil {
 		return err
 	}
-	if a.cfg.GiveUp == GiveUpRedrive && isFIFOQueue(a.QueueName(topic)) {
-		return &millrace.ConfigError{Field: "sqs.Config.GiveUp", Value: "GiveUpRedrive (topic " + topic + ")",
-			Rule: "a FIFO queue needs GiveUpSend: SQS's RedrivePolicy moves a FIFO queue's messages only to a FIFO dead-letter queue, " +
-				"which hands out only the first dead letter of each message group, so the others could be neither listed nor replayed"}
+	if err := a.checkGiveUp(topic); err != nil {
+		return err
 	}
 	need := retentionNeeded(policy, a.cfg.VisibilityTimeout)
 
@@ -78,6 +76,7 @@ func (a *Adapter) Provision(ctx context.Context, topic string, policy millrace.R
 	if need > 4*24*time.Hour { // beyond SQS's default retention
 		want[attrRetention] = seconds(need.Round(time.Second) + time.Second)
 	}
+	hasRedrive := false // the existing queue's RedrivePolicy, kept under GiveUpSend
 	_, err = a.provisionQueue(ctx, name, want, func(got map[string]string) ([]Mismatch, error) {
 		var ms []Mismatch
 		if got[attrVisibility] != want[attrVisibility] {
@@ -88,12 +87,13 @@ func (a *Adapter) Provision(ctx context.Context, topic string, policy millrace.R
 			ms = append(ms, Mismatch{Attribute: attrRetention, Want: seconds(need.Round(time.Second) + time.Second), Got: got[attrRetention],
 				Why: "messages would expire before their last attempt"})
 		}
-		gotTarget, gotMax, hasRedrive := parseRedrive(got[attrRedrive])
+		gotTarget, gotMax, found := parseRedrive(got[attrRedrive])
+		hasRedrive = found
 		switch {
-		case a.cfg.GiveUp == GiveUpRedrive && (!hasRedrive || gotTarget != dlqArn || gotMax != policy.MaxAttempts):
+		case a.cfg.GiveUp == GiveUpRedrive && (!found || gotTarget != dlqArn || gotMax != policy.MaxAttempts):
 			ms = append(ms, Mismatch{Attribute: attrRedrive, Want: wantRedrive, Got: got[attrRedrive],
 				Why: "GiveUpRedrive needs SQS to move messages to " + dlqName + " after MaxAttempts receives"})
-		case a.cfg.GiveUp == GiveUpSend && hasRedrive && gotMax != policy.MaxAttempts:
+		case a.cfg.GiveUp == GiveUpSend && found && gotMax != policy.MaxAttempts:
 			return nil, &millrace.ConfigError{Field: "queue " + name + " RedrivePolicy.maxReceiveCount", Value: strconv.Itoa(gotMax),
 				Rule: fmt.Sprintf("must equal RetryPolicy.MaxAttempts = %d (a smaller count moves messages to the dead-letter queue before "+
 					"their last attempt, a larger one is never reached); fix or remove the queue's RedrivePolicy", policy.MaxAttempts)}
@@ -104,13 +104,18 @@ func (a *Adapter) Provision(ctx context.Context, topic string, policy millrace.R
 		return err
 	}
 
-	// Record the RedrivePolicy that now applies, for DeadLetter under GiveUpRedrive.
+	// Record the RedrivePolicy that now applies, for DeadLetter under GiveUpRedrive, and for
+	// DecodeAttempt (a RedrivePolicy counts every receive: receivesCount).
 	a.mu.Lock()
 	if a.cfg.GiveUp == GiveUpRedrive {
 		a.redrive[topic] = policy.MaxAttempts
 	} else {
 		delete(a.redrive, topic)
 	}
+	if a.countAll == nil {
+		a.countAll = map[string]bool{}
+	}
+	a.countAll[topic] = a.cfg.GiveUp == GiveUpRedrive || hasRedrive
 	a.mu.Unlock()
 	return nil
 }
@@ -209,4 +214,14 @@ func parseRedrive(s string) (target string, maxReceive int, ok bool) {
 	}
 	n, _ := strconv.Atoi(strings.Trim(string(p.Max), `"`))
 	return p.Target, n, true
+}
+
+// checkGiveUp refuses GiveUpRedrive for a FIFO topic (Provision and Subscribe call it).
+func (a *Adapter) checkGiveUp(topic string) error {
+	if a.cfg.GiveUp == GiveUpRedrive && isFIFOQueue(a.QueueName(topic)) {
+		return &millrace.ConfigError{Field: "sqs.Config.GiveUp", Value: "GiveUpRedrive (topic " + topic + ")",
+			Rule: "a FIFO queue needs GiveUpSend: SQS's RedrivePolicy moves a FIFO queue's messages only to a FIFO dead-letter queue, " +
+				"which hands out only the first dead letter of each message group, so the others could be neither listed nor replayed"}
+	}
+	return nil
 }

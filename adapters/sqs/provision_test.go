@@ -108,6 +108,13 @@ func TestProvisionRefusesDisagreeingRedrivePolicy(t *testing.T) {
 	if err := send.Provision(ctx, topic, millrace.RetryPolicy{MaxAttempts: 3, Backoff: millrace.Fixed(time.Second)}); err != nil {
 		t.Fatalf("GiveUpSend with an agreeing safety-net RedrivePolicy: %v", err)
 	}
+	if !sqs.ReceivesCount(send, topic) {
+		t.Fatal("GiveUpSend with a safety-net RedrivePolicy: give-backs would not count as attempts, but SQS counts them for maxReceiveCount")
+	}
+	plain := uniqueTopic("redrive-none")
+	if err := send.Provision(ctx, plain, fiveAttempts); err != nil || sqs.ReceivesCount(send, plain) {
+		t.Fatalf("GiveUpSend without a RedrivePolicy: %v; every receive counts: %v, want false", err, sqs.ReceivesCount(send, plain))
+	}
 
 	verifyCfg := testConfig(t)
 	verifyCfg.GiveUp, verifyCfg.CreateQueues = sqs.GiveUpRedrive, false

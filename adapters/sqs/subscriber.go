@@ -81,6 +81,9 @@ type subscriber struct {
 // is closed once the last message it handed out has its verdict.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	a := s.a
+	if err := a.checkGiveUp(topic); err != nil {
+		return nil, err
+	}
 	url, _, err := a.ensureQueue(ctx, a.QueueName(topic), a.baseAttributes(a.QueueName(topic)))
 	if err != nil {
 		return nil, err
@@ -230,13 +233,14 @@ func (sub *subscription) poll(ctx context.Context) {
 		if n == 0 {
 			return
 		}
-		input.MaxNumberOfMessages = int32(n)
-		if sub.fifo {
-			// One per receive, the same for the SDK's retries of it: SQS answers a retry whose
-			// first answer was lost with the same messages, instead of leaving them in flight
-			// (their groups locked) until their visibility timeout.
+		if sub.fifo && (input.ReceiveRequestAttemptId == nil || input.MaxNumberOfMessages != int32(n)) {
+			// One per receive, kept by the SDK's retries of it and by the next receive after a
+			// failed one (same parameters): SQS answers a retry whose first answer was lost with
+			// the same messages, instead of leaving them in flight (their groups locked) until
+			// their visibility timeout.
 			input.ReceiveRequestAttemptId = aws.String(watermill.NewUUID())
 		}
+		input.MaxNumberOfMessages = int32(n)
 		pollCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.receiveTimeout())
 		res, err := a.client.ReceiveMessage(pollCtx, input, longerRequests(a.cfg.receiveTimeout()))
 		timedOut := errors.Is(pollCtx.Err(), context.DeadlineExceeded)
@@ -254,6 +258,7 @@ func (sub *subscription) poll(ctx context.Context) {
 			}
 			continue
 		}
+		input.ReceiveRequestAttemptId = nil // answered: the next receive is a new one
 		msgs := res.Messages
 		if len(msgs) > n { // never from SQS: the surplus holds no slot and is given back at once
 			a.cfg.Logger.ErrorContext(ctx, "millrace sqs: the endpoint returned more messages than asked for; the surplus is given back",
@@ -487,12 +492,12 @@ func (sub *subscription) acked(ctx context.Context, d *delivery) bool {
 func (sub *subscription) giveBack(ctx context.Context, receipt *string, messageID string) {
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sub.a.cfg.ownCallTimeout())
 	defer cancel()
+	sub.a.givenBack.add(messageID) // before SQS can hand it out again (to another poller)
 	if err := sub.visibility.do(callCtx, aws.ToString(receipt), 0); err != nil {
+		sub.a.givenBack.undo(messageID)
 		sub.a.cfg.Logger.WarnContext(ctx, "millrace sqs: cannot give back a message nobody took; it returns after its visibility timeout",
 			"queue", sub.url, "message_id", messageID, "error", err)
-		return
 	}
-	sub.a.givenBack.add(messageID)
 }
 
 // remove deletes an acked message, in a DeleteMessageBatch with the acks of the same moment.
