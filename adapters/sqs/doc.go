@@ -290,7 +290,8 @@
 //     receive in flight when the process died (SQS hid its message for the visibility timeout
 //     and no handler saw it). A message whose attempts crashes use up is dead-lettered as
 //     exhausted, even one whose handler had succeeded before its delete was lost.
-//   - Because every receive counts, a message's handler calls have strictly increasing attempt
+//   - Because every receive counts (but those this adapter gave back unhandled, which no
+//     handler saw), a message's handler calls have strictly increasing attempt
 //     numbers and there are never more than MaxAttempts of them, crashes included: as exactly
 //     as the endpoint counts (fauxqs exactly; AWS calls ApproximateReceiveCount approximate, and
 //     a standard queue may deliver a message twice without any crash).
