@@ -43,8 +43,11 @@ func (a *Adapter) DeadLetter(ctx context.Context, msg *message.Message, rec dead
 			return nil
 		}
 	}
-	d, _ := deliveryFrom(msg.Context())
-	return a.send(ctx, a.DeadLetterTopic(rec.OriginalTopic), rec.Message(), d)
+	var types map[string]string
+	if d, ok := deliveryFrom(msg.Context()); ok {
+		types = d.types
+	}
+	return a.send(ctx, a.DeadLetterTopic(rec.OriginalTopic), rec.Message(), types)
 }
 
 // redriveWillMove reports whether SQS's RedrivePolicy on topic's queue moves a message received
@@ -57,18 +60,12 @@ func (a *Adapter) redriveWillMove(topic string, receiveCount int) bool {
 	return ok && receiveCount > 0 && receiveCount == maxReceive
 }
 
-// send builds the dead letter msg of the delivery d (nil if msg did not come from a
-// subscription) with deadLetterMessage (never failing on metadata, trimmed to the dead-letter
-// queue's MaximumMessageSize) and sends it to topic's queue (a standard queue, a FIFO topic's
-// too: the record's OriginalKey keeps the message group), honouring ctx.
-func (a *Adapter) send(ctx context.Context, topic string, msg *message.Message, d *delivery) error {
+// send builds the dead letter msg with deadLetterMessage (never failing on metadata, trimmed
+// to the dead-letter queue's MaximumMessageSize) and sends it to topic's queue, honouring ctx.
+func (a *Adapter) send(ctx context.Context, topic string, msg *message.Message, types map[string]string) error {
 	url, err := a.urls.url(ctx, topic)
 	if err != nil {
 		return err
-	}
-	var types map[string]string
-	if d != nil {
-		types = d.types
 	}
 	limit := a.urls.maxSize(ctx, url)
 	m, err := deadLetterMessage(msg, limit, types)
