@@ -32,11 +32,9 @@ type Adapter struct {
 	mu          sync.Mutex
 	closed      bool
 	subscribers map[*subscriber]struct{}
-	redrive     map[string]int // topic -> maxReceiveCount of its RedrivePolicy, from Provision
-	// countAll holds the topics whose queue has a RedrivePolicy (from Provision): SQS moves
-	// their messages after maxReceiveCount receives, give-backs included, so every receive is
-	// an attempt there.
-	countAll map[string]bool
+	// redrive maps a topic to the maxReceiveCount of its queue's RedrivePolicy, from Provision:
+	// the one it sets under GiveUpRedrive, or the one it kept under GiveUpSend.
+	redrive map[string]int
 
 	givenBack givenBack // receives given back unhandled, not counted as attempts
 }
@@ -130,14 +128,16 @@ func (a *Adapter) QueueName(topic string) string {
 }
 
 // receivesCount reports whether every receive of topic's messages counts as an attempt: under
-// GiveUpRedrive, or when Provision found a RedrivePolicy on the queue.
+// GiveUpRedrive, or when Provision found a RedrivePolicy on the queue (SQS moves a message
+// after maxReceiveCount receives, give-backs included).
 func (a *Adapter) receivesCount(topic string) bool {
 	if a.cfg.GiveUp == GiveUpRedrive {
 		return true
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.countAll[topic]
+	_, ok := a.redrive[topic]
+	return ok
 }
 
 // isDeadLetterQueue reports whether a queue name is a dead-letter queue's.

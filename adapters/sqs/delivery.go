@@ -15,7 +15,7 @@ type delivery struct {
 	messageID    string
 	groupID      string    // MessageGroupId on a FIFO queue, "" on a standard one
 	receiveCount int       // ApproximateReceiveCount, 0 if SQS did not send it
-	givenBack    int       // receives this adapter gave back unhandled (see givenBack)
+	givenBack    int       // receives this adapter gave back unhandled, where they are not attempts (see givenBack)
 	firstReceive time.Time // ApproximateFirstReceiveTimestamp, zero if absent
 	receivedAt   time.Time // local clock at the receive, for the 12 h visibility limit
 	decodeErr    error

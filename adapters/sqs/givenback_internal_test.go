@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
 // TestGivenBackBounded: at maxGivenBack messages a new give-back is still counted: entries
@@ -38,15 +39,18 @@ func TestGivenBackBounded(t *testing.T) {
 	}
 }
 
-// TestGiveBacksNotCountedUnlessRedrive: DecodeAttempt subtracts the receives this adapter gave
-// back, except where a RedrivePolicy counts every receive (GiveUpRedrive, or one Provision
-// found on the queue).
+// TestGiveBacksNotCountedUnlessRedrive: a message received with receives this adapter gave back
+// reads as an attempt without them, except where a RedrivePolicy counts every receive
+// (GiveUpRedrive, or one Provision kept on the queue).
 func TestGiveBacksNotCountedUnlessRedrive(t *testing.T) {
 	attempt := func(a *Adapter) int {
-		d := &delivery{topic: "t", receiveCount: 3, givenBack: 2}
-		msg := message.NewMessage("u", nil)
-		msg.SetContext(withDelivery(context.Background(), d))
-		return a.DecodeAttempt(msg).Number
+		a.givenBack.forget("id")
+		a.givenBack.add("id")
+		a.givenBack.add("id")
+		sub := &subscription{a: a, topic: "t", url: "http://127.0.0.1:1/q"}
+		w := sub.decode(context.Background(), &types.Message{MessageId: aws.String("id"), ReceiptHandle: aws.String("r"), Body: aws.String("x"),
+			Attributes: map[string]string{string(types.MessageSystemAttributeNameApproximateReceiveCount): "3"}}, time.Now())
+		return a.DecodeAttempt(w.msg).Number
 	}
 	send, err := New(Config{Endpoint: "http://127.0.0.1:1", ProcessingBudget: 50 * time.Second})
 	if err != nil {
@@ -56,7 +60,7 @@ func TestGiveBacksNotCountedUnlessRedrive(t *testing.T) {
 	if n := attempt(send); n != 1 {
 		t.Errorf("GiveUpSend, no RedrivePolicy: attempt %d, want 3 receives - 2 given back = 1", n)
 	}
-	send.countAll = map[string]bool{"t": true} // as Provision records a RedrivePolicy it kept
+	send.redrive["t"] = 3 // as Provision records a RedrivePolicy it kept
 	if n := attempt(send); n != 3 {
 		t.Errorf("GiveUpSend with a RedrivePolicy: attempt %d, want every receive, 3", n)
 	}

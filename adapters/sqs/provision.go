@@ -104,18 +104,14 @@ func (a *Adapter) Provision(ctx context.Context, topic string, policy millrace.R
 		return err
 	}
 
-	// Record the RedrivePolicy that now applies, for DeadLetter under GiveUpRedrive, and for
-	// DecodeAttempt (a RedrivePolicy counts every receive: receivesCount).
+	// Record the RedrivePolicy that now applies (a kept one has maxReceiveCount = MaxAttempts),
+	// for DeadLetter under GiveUpRedrive and for receivesCount.
 	a.mu.Lock()
-	if a.cfg.GiveUp == GiveUpRedrive {
+	if a.cfg.GiveUp == GiveUpRedrive || hasRedrive {
 		a.redrive[topic] = policy.MaxAttempts
 	} else {
 		delete(a.redrive, topic)
 	}
-	if a.countAll == nil {
-		a.countAll = map[string]bool{}
-	}
-	a.countAll[topic] = a.cfg.GiveUp == GiveUpRedrive || hasRedrive
 	a.mu.Unlock()
 	return nil
 }

@@ -14,11 +14,11 @@ import (
 
 // DecodeAttempt reads the attempt from SQS's ApproximateReceiveCount (first receive = 1;
 // every receive counts, so a redelivery after a failed dead-letter write or a crash is one more
-// attempt), less the receives this adapter gave back unhandled (see givenBack; NativeCount
-// keeps SQS's count) unless the queue has a RedrivePolicy, which counts every receive
-// (receivesCount) and ApproximateFirstReceiveTimestamp; on a FIFO queue OriginalKey is the message's
-// MessageGroupId, so that its dead letter records its group. SQS cannot carry the previous error, so
-// LastError stays empty. A message without a receive count reads as attempt 1 (Source none).
+// attempt) and ApproximateFirstReceiveTimestamp. The receives this adapter gave back unhandled
+// are not counted (see givenBack; NativeCount keeps SQS's count), unless the queue has a
+// RedrivePolicy, which counts every receive (receivesCount). On a FIFO queue OriginalKey is the
+// message's MessageGroupId, so that its dead letter records its group. SQS cannot carry the
+// previous error, so LastError stays empty. A message without a receive count reads as attempt 1 (Source none).
 func (a *Adapter) DecodeAttempt(msg *message.Message) millrace.Attempt {
 	at := millrace.Attempt{Number: 1, Broker: BrokerName}
 	d, ok := deliveryFrom(msg.Context())
@@ -30,10 +30,7 @@ func (a *Adapter) DecodeAttempt(msg *message.Message) millrace.Attempt {
 	at.FirstAttemptAt = d.firstReceive
 	at.OriginalKey = d.groupID
 	if d.receiveCount > 0 {
-		at.Number = d.receiveCount
-		if !a.receivesCount(d.topic) {
-			at.Number = max(d.receiveCount-d.givenBack, 1)
-		}
+		at.Number = max(d.receiveCount-d.givenBack, 1)
 		at.NativeCount = d.receiveCount
 		at.Source = millrace.SourceNative
 	}

@@ -293,7 +293,9 @@ type waitingMsg struct {
 func (sub *subscription) decode(ctx context.Context, sm *types.Message, receivedAt time.Time) waitingMsg {
 	msg, d := decodeMessage(sm)
 	d.topic, d.queueURL, d.sub = sub.topic, sub.url, sub
-	d.givenBack = sub.a.givenBack.count(d.messageID)
+	if !sub.a.receivesCount(sub.topic) {
+		d.givenBack = sub.a.givenBack.count(d.messageID)
+	}
 	d.receivedAt = receivedAt
 	d.hiddenUntil.Store(receivedAt.Add(sub.a.cfg.VisibilityTimeout).UnixNano())
 	d.extended = make(chan struct{})
