@@ -35,13 +35,7 @@ func DeliverAsGroups(ctx context.Context, a *Adapter, topic string, groups []str
 		return nil, err
 	}
 	out := make(chan *message.Message)
-	sub := &subscription{
-		a: a, topic: topic, url: url, out: out, fifo: true,
-		slots:       make(chan struct{}, n),
-		pollersDone: make(chan struct{}),
-		deletes:     newDeleteBatcher(a, url),
-		visibility:  newVisibilityBatcher(a, url),
-	}
+	sub := newSubscription(a, topic, url, out, n)
 	var got []types.Message
 	for deadline := time.Now().Add(20 * time.Second); len(got) < n; {
 		if time.Now().After(deadline) {

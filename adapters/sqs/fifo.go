@@ -137,16 +137,16 @@ func (sub *subscription) runGroup(ctx context.Context, msgs []waitingMsg) {
 		}
 		sub.startExtension(ctx, r.d)
 		rest := msgs[i+1:]
-		var once sync.Once
-		released := false
+		released := false // settle and this goroutine are one: no lock needed
 		release := func() {
-			once.Do(func() {
-				released = true
-				if ctx.Err() != nil {
-					<-sub.pollersDone
-				}
-				sub.giveBackAll(ctx, rest)
-			})
+			if released {
+				return
+			}
+			released = true
+			if ctx.Err() != nil {
+				<-sub.pollersDone
+			}
+			sub.giveBackAll(ctx, rest)
 		}
 		done := sub.settle(ctx, r.msg, r.d, rest, release)
 		r.cancel()

@@ -40,8 +40,8 @@ const (
 // messages they got are handed to the consumer as ordinary deliveries, whose verdicts count as
 // usual. Only a message the consumer does not take within
 // HandOffWait (1 s) is given back (ChangeMessageVisibility 0); SQS has then counted a receive
-// that no handler saw (this adapter does not count it as an attempt: see DecodeAttempt). A subscription ending does not cancel the handler contexts; a context
-// ends with its delivery: after the verdict, or when the message's visibility timeout runs out
+// that no handler saw (this adapter does not count it as an attempt: see DecodeAttempt). A
+// subscription ending does not cancel the handler contexts; a context ends with its delivery: after the verdict, or when the message's visibility timeout runs out
 // while the subscription waits for that verdict at Close.
 func (a *Adapter) Subscriber() message.Subscriber {
 	s := &subscriber{a: a, closing: make(chan struct{})}
@@ -106,13 +106,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		stop()
 	}()
 	out := make(chan *message.Message)
-	sub := &subscription{
-		a: a, topic: topic, url: url, out: out, fifo: isFIFOQueue(url),
-		slots:       make(chan struct{}, a.cfg.Window),
-		pollersDone: make(chan struct{}),
-		deletes:     newDeleteBatcher(a, url),
-		visibility:  newVisibilityBatcher(a, url),
-	}
+	sub := newSubscription(a, topic, url, out, a.cfg.Window)
 	go func() {
 		defer s.wg.Done()
 		defer close(out)
@@ -151,6 +145,18 @@ type subscription struct {
 type untaken struct {
 	receipt   *string
 	messageID string
+}
+
+// newSubscription returns the subscription of topic's queue at url, handing its messages to out,
+// with room for window messages.
+func newSubscription(a *Adapter, topic, url string, out chan<- *message.Message, window int) *subscription {
+	return &subscription{
+		a: a, topic: topic, url: url, out: out, fifo: isFIFOQueue(url),
+		slots:       make(chan struct{}, window),
+		pollersDone: make(chan struct{}),
+		deletes:     newDeleteBatcher(a, url),
+		visibility:  newVisibilityBatcher(a, url),
+	}
 }
 
 // run starts the pollers and returns once they have stopped and every message they received
