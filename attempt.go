@@ -84,9 +84,32 @@ func (a Attempt) NextDelivery() int {
 
 type attemptKey struct{}
 
-// WithAttempt returns ctx carrying a. The attempt middleware calls it; handlers use AttemptFrom.
+// attemptCtx is a context carrying an Attempt: one allocation per message where
+// context.WithValue with a pointer took two (the Attempt escaped to the heap as well).
+type attemptCtx struct {
+	context.Context
+	a Attempt
+}
+
+// Value answers the Attempt's key with a pointer to the Attempt it holds, any other from the
+// parent.
+func (c *attemptCtx) Value(key any) any {
+	if key == (attemptKey{}) {
+		return &c.a
+	}
+	return c.Context.Value(key)
+}
+
+// String names the context as context.WithValue's String would.
+func (c *attemptCtx) String() string { return "millrace.WithAttempt" }
+
+// WithAttempt returns ctx carrying a copy of *a (a nil a carries none). The attempt middleware
+// calls it; handlers use AttemptFrom.
 func WithAttempt(ctx context.Context, a *Attempt) context.Context {
-	return context.WithValue(ctx, attemptKey{}, a)
+	if a == nil {
+		return context.WithValue(ctx, attemptKey{}, (*Attempt)(nil))
+	}
+	return &attemptCtx{Context: ctx, a: *a}
 }
 
 // AttemptFromContext returns the Attempt stored in ctx, and false if there is none.

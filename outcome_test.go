@@ -73,6 +73,14 @@ func TestAttemptContextRoundTrip(t *testing.T) {
 	if !ok || got != *a {
 		t.Fatalf("got %+v %v", got, ok)
 	}
+	if got, ok := millrace.AttemptFromContext(millrace.WithAttempt(millrace.WithAttempt(context.Background(), a), nil)); ok {
+		t.Fatalf("a nil Attempt over another one: got %+v", got)
+	}
+	type other struct{}
+	ctx := millrace.WithAttempt(context.WithValue(context.Background(), other{}, "kept"), a)
+	if ctx.Value(other{}) != "kept" {
+		t.Fatal("the parent's values are not reachable through the Attempt's context")
+	}
 	if got.IsLast() || !(millrace.Attempt{Number: 5, MaxAttempts: 5}).IsLast() {
 		t.Fatal("IsLast wrong")
 	}
