@@ -50,9 +50,9 @@ type acker struct {
 	stats  *counters
 
 	mu      sync.Mutex
-	pending map[ackKey][]string
+	pending map[ackKey][]any
 	n       int                            // IDs in pending
-	sending map[uint64]map[ackKey][]string // the batches on the wire, by flush number
+	sending map[uint64]map[ackKey][]any // the batches on the wire, by flush number
 	flushes uint64                         // flushes started
 	wake    chan struct{}                  // a token when acks are recorded
 	full    chan struct{}                  // a token when pending reaches ackBatch
@@ -82,12 +82,13 @@ const (
 )
 
 func newAcker(client redis.UniversalClient, log *slog.Logger) *acker {
-	return &acker{client: client, log: log, pending: map[ackKey][]string{},
+	return &acker{client: client, log: log, pending: map[ackKey][]any{},
 		wake: make(chan struct{}, 1), full: make(chan struct{}, 1), keptMax: ackKeptMax}
 }
 
-// add records id for the next flush.
-func (k *acker) add(key ackKey, id string) {
+// add records id, an entry ID (a string, or a string boxed as a reply held it: see
+// delivery.ackID), for the next flush.
+func (k *acker) add(key ackKey, id any) {
 	k.mu.Lock()
 	k.pending[key] = append(k.pending[key], id)
 	k.n++
@@ -111,12 +112,14 @@ func (k *acker) unsettled(key ackKey) map[string]struct{} {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var ids map[string]struct{}
-	collect := func(batch map[ackKey][]string) {
+	collect := func(batch map[ackKey][]any) {
 		for _, id := range batch[key] {
 			if ids == nil {
 				ids = map[string]struct{}{}
 			}
-			ids[id] = struct{}{}
+			if s, ok := id.(string); ok {
+				ids[s] = struct{}{}
+			}
 		}
 	}
 	collect(k.pending)
@@ -168,7 +171,7 @@ func (k *acker) drain(limit time.Duration) {
 	}
 	k.mu.Lock()
 	n := k.n
-	k.pending, k.n = map[ackKey][]string{}, 0
+	k.pending, k.n = map[ackKey][]any{}, 0
 	k.mu.Unlock()
 	if n > 0 {
 		k.log.Error("redisstream: closing with acknowledgements Redis did not take; their entries stay pending and are handled again",
@@ -205,12 +208,12 @@ func (k *acker) flush(ctx context.Context, requeue bool) bool {
 		k.mu.Unlock()
 		return true
 	}
-	k.pending = make(map[ackKey][]string, len(batch))
+	k.pending = make(map[ackKey][]any, len(batch))
 	k.n = 0
 	k.flushes++
 	seq := k.flushes
 	if k.sending == nil {
-		k.sending = map[uint64]map[ackKey][]string{}
+		k.sending = map[uint64]map[ackKey][]any{}
 	}
 	k.sending[seq] = batch
 	select { // a batch that filled up is being flushed now
@@ -224,7 +227,7 @@ func (k *acker) flush(ctx context.Context, requeue bool) bool {
 	cmds := make([]*redis.IntCmd, 0, len(batch))
 	for key, ids := range batch {
 		keys = append(keys, key)
-		cmds = append(cmds, pipe.XAck(ctx, key.stream, key.group, ids...))
+		cmds = append(cmds, xack(ctx, pipe, key, ids))
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command, below
 	ok := true
@@ -291,4 +294,16 @@ func (k *acker) flush(ctx context.Context, requeue bool) bool {
 		}
 	}
 	return ok
+}
+
+// xack queues on pipe the XACK of ids (strings, boxed) in key's stream and group. It is
+// go-redis's XAck with the IDs passed as they are: XAck takes strings and boxes each one again,
+// one allocation per message.
+func xack(ctx context.Context, pipe redis.Pipeliner, key ackKey, ids []any) *redis.IntCmd {
+	args := make([]any, 0, 3+len(ids))
+	args = append(args, "xack", key.stream, key.group)
+	args = append(args, ids...)
+	cmd := redis.NewIntCmd(ctx, args...)
+	_ = pipe.Process(ctx, cmd) // queued: the error is the command's, after Exec
+	return cmd
 }

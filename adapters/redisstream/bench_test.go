@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -179,6 +180,10 @@ func runAndWait(b *testing.B, run func(context.Context) error, closeFn func() er
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// allocs/msg is testing's allocs/op without its rounding down to a whole number: issue 16
+	// counts allocations per message to the tenth.
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
 	b.ResetTimer()
 	errs := make(chan error, 1)
 	go func() { errs <- run(ctx) }()
@@ -190,7 +195,9 @@ func runAndWait(b *testing.B, run func(context.Context) error, closeFn func() er
 		b.Fatal("timed out")
 	}
 	b.StopTimer()
+	runtime.ReadMemStats(&after)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
+	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(b.N), "allocs/msg")
 	_ = closeFn()
 	<-errs
 }

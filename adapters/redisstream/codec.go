@@ -39,6 +39,7 @@ type delivery struct {
 	group    string
 	consumer string
 	id       string
+	idArg    any       // id boxed as the reply held it (wire.Entry.IDArg), for the XACK; may be nil
 	count    int64     // PEL delivery count, this delivery included
 	fields   []string  // the entry's fields exactly as stored: names and values, in order
 	added    time.Time // addedAt(id), read once when the entry is delivered
@@ -104,7 +105,16 @@ func (c *deliveryCtx) Settle(msg *message.Message, acked bool) {
 	if msg != c.msg || !c.told.CompareAndSwap(false, true) {
 		return
 	}
-	c.sub.settled(c.d.id, acked)
+	c.sub.settled(c.d.ackID(), acked)
+}
+
+// ackID is the entry ID for the acker: the reply's boxed ID when there is one, so that
+// recording the ack allocates nothing.
+func (d *delivery) ackID() any {
+	if d.idArg != nil {
+		return d.idArg
+	}
+	return d.id
 }
 
 // addedAt is the time in the entry ID: when the entry was appended. Redis keeps no time of the

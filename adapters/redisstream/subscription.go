@@ -232,7 +232,7 @@ func (s *subscription) deliver(e wire.Entry, count int64, trace string) bool {
 	}
 	dc := withDelivery(s.msgCtx, delivery{
 		stream: s.stream, group: s.a.cfg.Group, consumer: s.consumer,
-		id: e.ID, count: count, fields: e.Fields, added: addedAt(e.ID),
+		id: e.ID, idArg: e.IDArg, count: count, fields: e.Fields, added: addedAt(e.ID),
 	})
 	dc.trace = trace
 	if s.routerSettles {
@@ -253,14 +253,15 @@ func (s *subscription) deliver(e wire.Entry, count int64, trace string) bool {
 		return false
 	}
 	if !s.routerSettles {
-		go s.await(msg, e.ID)
+		go s.await(msg, dc.d.ackID())
 	}
 	return true
 }
 
-// settled takes the verdict on the entry id from the router (see deliveryCtx.Settle): as await
-// does, an ack goes to the acker and a nack leaves the entry pending.
-func (s *subscription) settled(id string, acked bool) {
+// settled takes the verdict on the entry id (delivery.ackID) from the router (see
+// deliveryCtx.Settle): as await does, an ack goes to the acker and a nack leaves the entry
+// pending.
+func (s *subscription) settled(id any, acked bool) {
 	if acked {
 		s.a.acks.add(s.key, id)
 	}
@@ -296,8 +297,9 @@ func (s *subscription) drain() {
 	}
 }
 
-// await records the ack of msg for the acker, or leaves the entry pending on nack.
-func (s *subscription) await(msg *message.Message, id string) {
+// await records the ack of msg (entry id, as delivery.ackID) for the acker, or leaves the entry
+// pending on nack.
+func (s *subscription) await(msg *message.Message, id any) {
 	select {
 	case <-msg.Acked():
 		s.a.acks.add(s.key, id)

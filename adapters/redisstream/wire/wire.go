@@ -35,6 +35,10 @@ const (
 type Entry struct {
 	ID     string
 	Fields []string
+	// IDArg is ID as the reply held it, boxed in an interface (nil when the entry did not come
+	// from a reply): a command that sends the ID back (XACK) takes it as it is, where passing
+	// ID would box it again, one allocation per message.
+	IDArg any
 }
 
 // ErrReply is wrapped when a reply does not have the shape of a stream reply.
@@ -65,7 +69,7 @@ func ParseEntries(v any) ([]Entry, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: entry %d: id is %T", ErrReply, i, e[0])
 		}
-		out[i].ID = id
+		out[i].ID, out[i].IDArg = id, e[0]
 		if e[1] == nil {
 			continue
 		}

@@ -49,3 +49,17 @@ func parseAndKeepFirst(t *testing.T) ([]string, []weak.Pointer[byte]) {
 	}
 	return entries[0].Fields, others
 }
+
+// An entry keeps its ID as the reply boxed it (IDArg), for the XACK that sends it back.
+func TestParsedEntryKeepsTheRepliedID(t *testing.T) {
+	reply := []any{[]any{"1-1", []any{FieldUUID, "u"}}, []any{"2-1", nil}}
+	entries, err := ParseEntries(reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range entries {
+		if s, ok := e.IDArg.(string); !ok || s != e.ID || e.IDArg != reply[i].([]any)[0] {
+			t.Errorf("entry %d: ID %q, IDArg %#v", i, e.ID, e.IDArg)
+		}
+	}
+}
