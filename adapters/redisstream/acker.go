@@ -51,11 +51,11 @@ type acker struct {
 
 	mu      sync.Mutex
 	pending map[ackKey][]any
-	n       int                            // IDs in pending
+	n       int                         // IDs in pending
 	sending map[uint64]map[ackKey][]any // the batches on the wire, by flush number
-	flushes uint64                         // flushes started
-	wake    chan struct{}                  // a token when acks are recorded
-	full    chan struct{}                  // a token when pending reaches ackBatch
+	flushes uint64                      // flushes started
+	wake    chan struct{}               // a token when acks are recorded
+	full    chan struct{}               // a token when pending reaches ackBatch
 
 	keptMax int // the most IDs kept after failures (ackKeptMax)
 	// The failure log, rate-limited (ackLogEvery): counts since the last line.
