@@ -50,9 +50,13 @@ type Broker interface {
 	// DeadLetterDestinations lists the dead-letter destinations the broker holds, sorted by
 	// name.
 	DeadLetterDestinations(ctx context.Context) ([]Destination, error)
-	// PrepareReplay adjusts a message about to be re-published from rec for this broker (for
-	// RabbitMQ, the original routing key); most brokers need nothing.
-	PrepareReplay(rec deadletter.Record, msg *message.Message)
+	// PrepareReplay adjusts a message about to be re-published from rec to topic for this
+	// broker (for RabbitMQ, the original routing key; for an SQS FIFO queue, the message group
+	// and a fresh deduplication ID), or refuses it: an error wrapping
+	// deadletter.ErrNotReplayable (content this broker can never publish to topic, as a FIFO
+	// queue's message without a valid group) keeps the dead letter in the store, and a replay
+	// goes on with the next one. Most brokers need nothing and return nil.
+	PrepareReplay(topic string, rec deadletter.Record, msg *message.Message) error
 	// Close releases the connection and the adapter.
 	Close() error
 }

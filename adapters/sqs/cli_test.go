@@ -277,3 +277,44 @@ func TestCLISQSFIFOReplay(t *testing.T) {
 		t.Fatalf("native replay: body %q group %q attributes %v, want the original's in group fg", aws.ToString(m.Body), m.Attributes["MessageGroupId"], m.MessageAttributes)
 	}
 }
+
+// TestCLISQSReplayToFIFOKeepsGrouplessDeadLetters: a replay to a FIFO queue refuses, and keeps
+// in the store, each dead letter that records no valid message group (one of a standard queue
+// has none; SQS does not take a group with a space), and goes on with the others; the command
+// exits non-zero naming the refused ones. Before, the publisher's ErrMessageGroup stopped the
+// whole run at the first of them.
+func TestCLISQSReplayToFIFOKeepsGrouplessDeadLetters(t *testing.T) {
+	target := cliTopic("cli-fifo-keep") + ".fifo"
+	a := cliAdapter(t, target)
+	ctx := context.Background()
+	targetURL, err := a.Client().CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(a.QueueName(target)),
+		Attributes: map[string]string{"FifoQueue": "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, c := clitest.NewTable(t)
+	origin := cliTopic("cli-fifo-origin")
+	none, spaced, good := clitest.Sample(0, origin), clitest.Sample(1, origin), clitest.Sample(2, origin)
+	spaced.OriginalKey, good.OriginalKey = "has space", "g-1"
+	noneID, spacedID := clitest.Put(t, store, none), clitest.Put(t, store, spaced)
+	clitest.Put(t, store, good)
+	r := c.Run("", "dlq", "replay", "--topic", origin, "--reset-history", "--broker", cliStoreURL(t), "--to-topic", target)
+	if r.Code == 0 || !strings.Contains(r.Stdout, "replayed 1 of 3") ||
+		!strings.Contains(r.Stderr, "refused "+noneID) || !strings.Contains(r.Stderr, "refused "+spacedID) ||
+		!strings.Contains(r.Stderr, "2 dead letters refused and kept") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 1 replayed, the 2 without a valid group refused and kept", r.Code, r.Stdout, r.Stderr)
+	}
+	if n := clitest.Count(t, store); n != 2 {
+		t.Errorf("%d dead letters left in the store, want the 2 refused", n)
+	}
+	out, err := a.Client().ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
+		QueueUrl: targetURL.QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 2,
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameMessageGroupId},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Messages) != 1 || out.Messages[0].Attributes["MessageGroupId"] != "g-1" {
+		t.Fatalf("%d messages in %s (%+v), want the one of group g-1", len(out.Messages), target, out.Messages)
+	}
+}

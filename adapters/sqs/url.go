@@ -278,12 +278,22 @@ func (b *urlBroker) Adapter() millrace.Adapter { return b.a }
 // a FIFO queue SQS would otherwise drop a replay within 5 minutes of the original's send as a
 // duplicate of it (same UUID), and the dead letter, replayed, would be deleted. A dead letter of
 // a FIFO queue (its record's OriginalKey is its message group) gets its group back, unless its
-// metadata names one.
-func (b *urlBroker) PrepareReplay(rec deadletter.Record, msg *message.Message) {
+// metadata names one. A replay to a FIFO queue without a valid group (none recorded, or one
+// SQS does not take) is refused with deadletter.ErrNotReplayable wrapping ErrMessageGroup, so
+// the dead letter is kept and a replay goes on with the next one; the publisher would refuse
+// it too, but as a failed publish, which stops a replay.
+func (b *urlBroker) PrepareReplay(topic string, rec deadletter.Record, msg *message.Message) error {
 	if rec.OriginalKey != "" && msg.Metadata.Get(MetadataGroupID) == "" {
 		msg.Metadata.Set(MetadataGroupID, rec.OriginalKey)
 	}
+	if queue := b.a.QueueName(topic); isFIFOQueue(queue) {
+		if group := fifoFields(msg, b.a.cfg.MessageGroup)[sendGroupField]; !validFIFOID(group) {
+			return fmt.Errorf("%w: %w: queue %s: the dead letter records no valid message group (OriginalKey %q, metadata %s %q)",
+				deadletter.ErrNotReplayable, ErrMessageGroup, queue, clip(rec.OriginalKey), MetadataGroupID, clip(msg.Metadata.Get(MetadataGroupID)))
+		}
+	}
 	msg.Metadata.Set(MetadataDeduplicationID, watermill.NewUUID())
+	return nil
 }
 
 // DeadLetterDestinations lists the queues named like the adapter's dead-letter queues (ending

@@ -50,8 +50,8 @@ type memAdapter struct {
 
 func (m memAdapter) Publisher() message.Publisher { return m.b }
 
-func (b *memBroker) Adapter() millrace.Adapter                         { return memAdapter{Adapter: b.a, b: b} }
-func (b *memBroker) PrepareReplay(deadletter.Record, *message.Message) {}
+func (b *memBroker) Adapter() millrace.Adapter                                       { return memAdapter{Adapter: b.a, b: b} }
+func (b *memBroker) PrepareReplay(string, deadletter.Record, *message.Message) error { return nil }
 func (b *memBroker) DeadLetterDestinations(context.Context) ([]brokerurl.Destination, error) {
 	return b.destinations, b.destErr
 }

@@ -252,7 +252,14 @@ func (a *app) runReplay(ctx context.Context, sio stdio, store deadletter.Store, 
 			}
 		} else {
 			msg := deadletter.ReplayMessage(e.Record, history)
-			broker.PrepareReplay(e.Record, msg)
+			if err := broker.PrepareReplay(it.target, e.Record, msg); errors.Is(err, deadletter.ErrNotReplayable) {
+				refused = append(refused, it.id)
+				fmt.Fprintf(sio.err, "refused %s, kept in the store: %v\n", it.id, err)
+				bar.add(1)
+				continue
+			} else if err != nil {
+				return stopped(fmt.Errorf("prepare %s for %q: %w", it.id, it.target, err))
+			}
 			if err := pub.Publish(it.target, msg); err != nil {
 				return stopped(fmt.Errorf("publish %s to %q: %w", it.id, it.target, err))
 			}
