@@ -50,15 +50,24 @@ type Broker interface {
 	// DeadLetterDestinations lists the dead-letter destinations the broker holds, sorted by
 	// name.
 	DeadLetterDestinations(ctx context.Context) ([]Destination, error)
-	// PrepareReplay adjusts a message about to be re-published from rec to topic for this
-	// broker (for RabbitMQ, the original routing key; for an SQS FIFO queue, the message group
-	// and a fresh deduplication ID), or refuses it: an error wrapping
-	// deadletter.ErrNotReplayable (content this broker can never publish to topic, as a FIFO
-	// queue's message without a valid group) keeps the dead letter in the store, and a replay
-	// goes on with the next one. Most brokers need nothing and return nil.
-	PrepareReplay(topic string, rec deadletter.Record, msg *message.Message) error
+	// PrepareReplay adjusts a message about to be re-published from rec for this broker (for
+	// RabbitMQ, the original routing key); most brokers need nothing.
+	PrepareReplay(rec deadletter.Record, msg *message.Message)
 	// Close releases the connection and the adapter.
 	Close() error
+}
+
+// ReplayChecker is implemented by a Broker that can tell, before publishing, that it will never
+// take a replayed message as it is: for SQS, a message to a FIFO queue without a valid message
+// group (a dead letter of a standard queue records none), or a payload or metadata that is not
+// UTF-8 text. `millrace dlq replay` calls CheckReplay after PrepareReplay: an error wrapping
+// deadletter.ErrNotReplayable keeps that dead letter in the store, and the replay goes on with
+// the next one (a failed publish stops it); with --dry-run it is reported as "would refuse".
+// CheckReplay publishes nothing and changes nothing; as --dry-run calls PrepareReplay before it,
+// the PrepareReplay of a Broker that has CheckReplay changes nothing but the message. A Broker
+// without it is not asked.
+type ReplayChecker interface {
+	CheckReplay(topic string, msg *message.Message) error
 }
 
 // Destination is one dead-letter destination a broker holds.

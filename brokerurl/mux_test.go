@@ -62,11 +62,11 @@ type fakeBroker struct {
 	store  *fakeStore
 }
 
-func (b *fakeBroker) Adapter() millrace.Adapter                                       { return fakeAdapter{} }
-func (b *fakeBroker) TopicExists(context.Context, string) (bool, error)               { return true, nil }
-func (b *fakeBroker) PrepareReplay(string, deadletter.Record, *message.Message) error { return nil }
-func (b *fakeBroker) DeadLetterDestinations(context.Context) ([]Destination, error)   { return nil, nil }
-func (b *fakeBroker) Close() error                                                    { b.closed++; return nil }
+func (b *fakeBroker) Adapter() millrace.Adapter                                     { return fakeAdapter{} }
+func (b *fakeBroker) TopicExists(context.Context, string) (bool, error)             { return true, nil }
+func (b *fakeBroker) PrepareReplay(deadletter.Record, *message.Message)             {}
+func (b *fakeBroker) DeadLetterDestinations(context.Context) ([]Destination, error) { return nil, nil }
+func (b *fakeBroker) Close() error                                                  { b.closed++; return nil }
 
 func (b *fakeBroker) DeadLetters(_ context.Context, dlq string) (deadletter.Store, error) {
 	b.dlq = dlq

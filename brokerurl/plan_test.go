@@ -64,8 +64,8 @@ func (b *planBroker) DeadLetters(context.Context, string) (deadletter.Store, err
 func (b *planBroker) DeadLetterDestinations(context.Context) ([]brokerurl.Destination, error) {
 	return nil, nil
 }
-func (b *planBroker) PrepareReplay(string, deadletter.Record, *message.Message) error { return nil }
-func (b *planBroker) Close() error                                                    { return nil }
+func (b *planBroker) PrepareReplay(deadletter.Record, *message.Message) {}
+func (b *planBroker) Close() error                                      { return nil }
 func (b *planBroker) Check(_ context.Context, spec plan.Spec, want plan.BrokerPlan) ([]plan.Mismatch, error) {
 	*b.d.checked = append(*b.d.checked, want.URL)
 	return b.d.ms, nil

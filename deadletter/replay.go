@@ -57,7 +57,9 @@ func ReplayMessage(rec Record, h History) *message.Message {
 }
 
 // ErrNotReplayable is wrapped when a record cannot be re-published exactly: its Native content
-// needs a NativePublisher of its own broker, and the target has none.
+// needs a NativePublisher of its own broker, and the target has none; or the target broker
+// would never take it as it is (an SQS FIFO queue's message without a valid message group).
+// A replay keeps such a record in its store and goes on with the others.
 var ErrNotReplayable = errors.New("deadletter: record cannot be re-published exactly")
 
 // NativePublisher is implemented by a broker client that can re-publish a record's original

@@ -255,11 +255,10 @@ func (b *urlBroker) DeadLetters(_ context.Context, dlq string) (deadletter.Store
 
 // PrepareReplay restores the original routing key: the dead letter may have come back through
 // a retry queue with another key (field report 2, trap 1).
-func (b *urlBroker) PrepareReplay(_ string, rec deadletter.Record, msg *message.Message) error {
+func (b *urlBroker) PrepareReplay(rec deadletter.Record, msg *message.Message) {
 	if rec.OriginalKey != "" {
 		msg.Metadata.Set(MetadataRoutingKey, rec.OriginalKey)
 	}
-	return nil
 }
 
 // Close closes the connection and the adapter.

@@ -660,11 +660,10 @@ func (b *urlBroker) partitionKey(_ string, msg *message.Message) (string, error)
 }
 
 // PrepareReplay keys the replay of rec with its original record key.
-func (b *urlBroker) PrepareReplay(_ string, rec deadletter.Record, msg *message.Message) error {
+func (b *urlBroker) PrepareReplay(rec deadletter.Record, msg *message.Message) {
 	b.mu.Lock()
 	b.keys[msg.UUID] = rec.OriginalKey
 	b.mu.Unlock()
-	return nil
 }
 
 // PublishNative re-publishes a dead letter's Native content exactly (the original record's

@@ -214,7 +214,7 @@ func (b *urlBroker) PublishNative(ctx context.Context, topic string, rec deadlet
 }
 
 // PrepareReplay needs nothing on NATS: a replay is published to the subject as it is.
-func (b *urlBroker) PrepareReplay(string, deadletter.Record, *message.Message) error { return nil }
+func (b *urlBroker) PrepareReplay(deadletter.Record, *message.Message) {}
 
 // Close closes the connection and the adapter.
 func (b *urlBroker) Close() error { return b.a.Close() }

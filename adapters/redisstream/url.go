@@ -367,7 +367,7 @@ func escapeGlob(s string) string {
 }
 
 // PrepareReplay needs nothing on Redis: a replay is appended to the stream as it is.
-func (b *urlBroker) PrepareReplay(string, deadletter.Record, *message.Message) error { return nil }
+func (b *urlBroker) PrepareReplay(deadletter.Record, *message.Message) {}
 
 // Close closes the connection and the adapter.
 func (b *urlBroker) Close() error { return b.a.Close() }

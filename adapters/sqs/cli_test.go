@@ -281,8 +281,8 @@ func TestCLISQSFIFOReplay(t *testing.T) {
 // TestCLISQSReplayToFIFOKeepsGrouplessDeadLetters: a replay to a FIFO queue refuses, and keeps
 // in the store, each dead letter that records no valid message group (one of a standard queue
 // has none; SQS does not take a group with a space), and goes on with the others; the command
-// exits non-zero naming the refused ones. Before, the publisher's ErrMessageGroup stopped the
-// whole run at the first of them.
+// exits non-zero naming the refused ones, and --dry-run names them first. Before, the
+// publisher's ErrMessageGroup stopped the whole run at the first of them.
 func TestCLISQSReplayToFIFOKeepsGrouplessDeadLetters(t *testing.T) {
 	target := cliTopic("cli-fifo-keep") + ".fifo"
 	a := cliAdapter(t, target)
@@ -298,6 +298,10 @@ func TestCLISQSReplayToFIFOKeepsGrouplessDeadLetters(t *testing.T) {
 	spaced.OriginalKey, good.OriginalKey = "has space", "g-1"
 	noneID, spacedID := clitest.Put(t, store, none), clitest.Put(t, store, spaced)
 	clitest.Put(t, store, good)
+	dry := c.OK("dlq", "replay", "--topic", origin, "--reset-history", "--broker", cliStoreURL(t), "--to-topic", target, "--dry-run")
+	if strings.Count(dry, "would refuse") != 2 || !strings.Contains(dry, noneID+"  ") || !strings.Contains(dry, "needs a valid message group") {
+		t.Fatalf("dry run:\n%s\nwant the 2 without a valid group named as refused", dry)
+	}
 	r := c.Run("", "dlq", "replay", "--topic", origin, "--reset-history", "--broker", cliStoreURL(t), "--to-topic", target)
 	if r.Code == 0 || !strings.Contains(r.Stdout, "replayed 1 of 3") ||
 		!strings.Contains(r.Stderr, "refused "+noneID) || !strings.Contains(r.Stderr, "refused "+spacedID) ||

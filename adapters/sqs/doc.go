@@ -252,7 +252,8 @@
 //     again with a fresh deduplication ID (the UUID would make SQS drop a replay within 5
 //     minutes of the original as a duplicate). A dead letter replayed to a FIFO queue without
 //     a valid group (one of a standard queue records none) is refused and kept in the store,
-//     and the replay goes on with the others (TestCLISQSReplayToFIFOKeepsGrouplessDeadLetters).
+//     and the replay goes on with the others; --dry-run names it (brokerurl.ReplayChecker,
+//     TestCLISQSReplayToFIFOKeepsGrouplessDeadLetters).
 //   - Each receive from a FIFO queue carries a ReceiveRequestAttemptId of its own, which the
 //     SDK's retries of it repeat, and so does the next receive after a failed one: SQS answers
 //     a retry whose first answer was lost with the same messages instead of leaving them in

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
+	wmsqs "github.com/ThreeDotsLabs/watermill-aws/sqs"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -269,6 +270,7 @@ type urlBroker struct{ a *Adapter }
 var (
 	_ brokerurl.Broker           = (*urlBroker)(nil)
 	_ deadletter.NativePublisher = (*urlBroker)(nil)
+	_ brokerurl.ReplayChecker    = (*urlBroker)(nil)
 )
 
 // Adapter returns the adapter on this connection.
@@ -278,21 +280,29 @@ func (b *urlBroker) Adapter() millrace.Adapter { return b.a }
 // a FIFO queue SQS would otherwise drop a replay within 5 minutes of the original's send as a
 // duplicate of it (same UUID), and the dead letter, replayed, would be deleted. A dead letter of
 // a FIFO queue (its record's OriginalKey is its message group) gets its group back, unless its
-// metadata names one. A replay to a FIFO queue without a valid group (none recorded, or one
-// SQS does not take) is refused with deadletter.ErrNotReplayable wrapping ErrMessageGroup, so
-// the dead letter is kept and a replay goes on with the next one; the publisher would refuse
-// it too, but as a failed publish, which stops a replay.
-func (b *urlBroker) PrepareReplay(topic string, rec deadletter.Record, msg *message.Message) error {
+// metadata names one.
+func (b *urlBroker) PrepareReplay(rec deadletter.Record, msg *message.Message) {
 	if rec.OriginalKey != "" && msg.Metadata.Get(MetadataGroupID) == "" {
 		msg.Metadata.Set(MetadataGroupID, rec.OriginalKey)
 	}
-	if queue := b.a.QueueName(topic); isFIFOQueue(queue) {
-		if group := fifoFields(msg, b.a.cfg.MessageGroup)[sendGroupField]; !validFIFOID(group) {
-			return fmt.Errorf("%w: %w: queue %s: the dead letter records no valid message group (OriginalKey %q, metadata %s %q)",
-				deadletter.ErrNotReplayable, ErrMessageGroup, queue, clip(rec.OriginalKey), MetadataGroupID, clip(msg.Metadata.Get(MetadataGroupID)))
-		}
-	}
 	msg.Metadata.Set(MetadataDeduplicationID, watermill.NewUUID())
+}
+
+// CheckReplay refuses, with deadletter.ErrNotReplayable, a replay to topic that the publisher
+// would refuse whatever the retries (brokerurl.ReplayChecker): a payload or metadata that is
+// not UTF-8 text (ErrPayloadNotText, ErrMetadataNotText), or, on a FIFO queue, no valid message
+// group (ErrMessageGroup: the dead letter's OriginalKey, set by PrepareReplay, or its metadata
+// MetadataGroupID, names none SQS takes). It runs the publisher's own checks, calls nothing.
+func (b *urlBroker) CheckReplay(topic string, msg *message.Message) error {
+	m, err := (marshaler{group: b.a.cfg.MessageGroup}).Marshal(msg)
+	if err == nil {
+		// sendInput builds the SendMessage input from the queue URL, whose ".fifo" suffix is all
+		// it reads of it: the queue's name has the same.
+		_, err = sendInput(context.Background(), wmsqs.QueueURL(b.a.QueueName(topic)), m)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", deadletter.ErrNotReplayable, err)
+	}
 	return nil
 }
 

@@ -40,6 +40,18 @@ type memBroker struct {
 	// destinations and destErr are what DeadLetterDestinations returns.
 	destinations []brokerurl.Destination
 	destErr      error
+	// check is CheckReplay of the same broker opened as memcheck:// (checkingBroker).
+	check func(topic string, msg *message.Message) error
+}
+
+// checkingBroker is memBroker with brokerurl.ReplayChecker, as memcheck://.
+type checkingBroker struct{ *memBroker }
+
+func (b checkingBroker) CheckReplay(topic string, msg *message.Message) error {
+	if b.check == nil {
+		return nil
+	}
+	return b.check(topic, msg)
 }
 
 // memAdapter is the memory adapter with memBroker's publisher.
@@ -50,8 +62,8 @@ type memAdapter struct {
 
 func (m memAdapter) Publisher() message.Publisher { return m.b }
 
-func (b *memBroker) Adapter() millrace.Adapter                                       { return memAdapter{Adapter: b.a, b: b} }
-func (b *memBroker) PrepareReplay(string, deadletter.Record, *message.Message) error { return nil }
+func (b *memBroker) Adapter() millrace.Adapter                         { return memAdapter{Adapter: b.a, b: b} }
+func (b *memBroker) PrepareReplay(deadletter.Record, *message.Message) {}
 func (b *memBroker) DeadLetterDestinations(context.Context) ([]brokerurl.Destination, error) {
 	return b.destinations, b.destErr
 }
@@ -104,6 +116,7 @@ func newCLI(t *testing.T, table string, b *memBroker) *cli {
 	c := &cli{t: t, table: table}
 	mux := brokerurl.DefaultMux().Clone()
 	mux.Register(testDriver{scheme: "mem", open: func(context.Context, *url.URL) (brokerurl.Broker, error) { return b, nil }})
+	mux.Register(testDriver{scheme: "memcheck", open: func(context.Context, *url.URL) (brokerurl.Broker, error) { return checkingBroker{b}, nil }})
 	// down:// dials a port where nothing listens, as a broker that is not running.
 	mux.Register(testDriver{scheme: "down", open: func(ctx context.Context, u *url.URL) (brokerurl.Broker, error) {
 		var d net.Dialer

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/spf13/cobra"
 	"golang.org/x/time/rate"
 
@@ -74,7 +75,9 @@ type replayOptions struct {
 // message) is re-published exactly, field for field, through the broker's
 // deadletter.NativePublisher, whatever the history flag says (the content is the producer's,
 // not millrace's). A broker that cannot do so refuses it: the dead letter stays in the store,
-// the others are replayed, and the command exits non-zero naming the refused ones.
+// the others are replayed, and the command exits non-zero naming the refused ones. So does a
+// dead letter that the broker says it would never take as it is (brokerurl.ReplayChecker: an
+// SQS FIFO queue's message without a valid message group); --dry-run names both kinds.
 func (a *app) replay(ctx context.Context, sio stdio, o replayOptions, ids []string) error {
 	src, ff, all, keep, reset, dryRun := o.src, o.ff, o.all, o.keep, o.reset, o.dryRun
 	brokerURL, toTopic, perSecond := o.brokerURL, o.toTopic, o.perSecond
@@ -140,12 +143,28 @@ func (a *app) replay(ctx context.Context, sio stdio, o replayOptions, ids []stri
 			fmt.Fprintf(sio.out, "  %d -> %s\n", targets[t], t)
 		}
 		_, canNative := broker.(deadletter.NativePublisher)
+		checker, _ := broker.(brokerurl.ReplayChecker)
 		tw := tabwriter.NewWriter(sio.out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tTARGET")
 		for _, it := range items {
 			if it.native && broker != nil && !canNative {
 				fmt.Fprintf(tw, "%s\t%s\twould refuse: %s\n", it.id, it.target, errNoNativeReplay)
 				continue
+			}
+			if !it.native && checker != nil {
+				// The message as the replay would publish it, checked; nothing is sent.
+				e, err := store.Get(ctx, it.id)
+				if err != nil && !errors.Is(err, deadletter.ErrNotFound) {
+					return err
+				}
+				if err == nil {
+					msg := deadletter.ReplayMessage(e.Record, history)
+					broker.PrepareReplay(e.Record, msg)
+					if err := checker.CheckReplay(it.target, msg); err != nil {
+						fmt.Fprintf(tw, "%s\t%s\twould refuse: %s\n", it.id, it.target, err)
+						continue
+					}
+				}
 			}
 			fmt.Fprintf(tw, "%s\t%s\n", it.id, it.target)
 		}
@@ -212,11 +231,21 @@ func (a *app) runReplay(ctx context.Context, sio stdio, store deadletter.Store, 
 	bar := newProgress(sio.out, a.isTerminal(sio.out), "replay", len(items), a.now)
 	pub := broker.Adapter().Publisher()
 	native, _ := broker.(deadletter.NativePublisher)
+	checker, _ := broker.(brokerurl.ReplayChecker)
 	var replayed, gone int
 	var refused []string
 	stopped := func(err error) error {
 		bar.finish()
-		return fmt.Errorf("replay stopped after %d of %d (%d already gone): %w; the rest are still in the store", replayed, len(items), gone, err)
+		kept := ""
+		if len(refused) > 0 {
+			kept = fmt.Sprintf(", %d refused and kept (%s)", len(refused), strings.Join(refused, ", "))
+		}
+		return fmt.Errorf("replay stopped after %d of %d (%d already gone%s): %w; the rest are still in the store", replayed, len(items), gone, kept, err)
+	}
+	refuse := func(id string, err error) {
+		refused = append(refused, id)
+		fmt.Fprintf(sio.err, "refused %s, kept in the store: %v\n", id, err)
+		bar.add(1)
 	}
 	for _, it := range items {
 		if err := limiter.Wait(ctx); err != nil {
@@ -242,9 +271,7 @@ func (a *app) runReplay(ctx context.Context, sio stdio, store deadletter.Store, 
 				err = native.PublishNative(ctx, it.target, e.Record)
 			}
 			if errors.Is(err, deadletter.ErrNotReplayable) {
-				refused = append(refused, it.id)
-				fmt.Fprintf(sio.err, "refused %s, kept in the store: %v\n", it.id, err)
-				bar.add(1)
+				refuse(it.id, err)
 				continue
 			}
 			if err != nil {
@@ -252,13 +279,15 @@ func (a *app) runReplay(ctx context.Context, sio stdio, store deadletter.Store, 
 			}
 		} else {
 			msg := deadletter.ReplayMessage(e.Record, history)
-			if err := broker.PrepareReplay(it.target, e.Record, msg); errors.Is(err, deadletter.ErrNotReplayable) {
-				refused = append(refused, it.id)
-				fmt.Fprintf(sio.err, "refused %s, kept in the store: %v\n", it.id, err)
-				bar.add(1)
+			broker.PrepareReplay(e.Record, msg)
+			if err := checkReplay(checker, it.target, msg); errors.Is(err, deadletter.ErrNotReplayable) {
+				// The broker would refuse this message whatever the retries (an SQS FIFO
+				// queue's message without a valid group): kept, and the replay goes on, where
+				// the publish's failure would stop it.
+				refuse(it.id, err)
 				continue
 			} else if err != nil {
-				return stopped(fmt.Errorf("prepare %s for %q: %w", it.id, it.target, err))
+				return stopped(fmt.Errorf("check %s for %q: %w", it.id, it.target, err))
 			}
 			if err := pub.Publish(it.target, msg); err != nil {
 				return stopped(fmt.Errorf("publish %s to %q: %w", it.id, it.target, err))
@@ -286,6 +315,15 @@ func (a *app) runReplay(ctx context.Context, sio stdio, store deadletter.Store, 
 		return fmt.Errorf("%d dead letters refused and kept in the store (%s): %w", len(refused), strings.Join(refused, ", "), deadletter.ErrNotReplayable)
 	}
 	return nil
+}
+
+// checkReplay asks checker (nil: a broker that does not check) whether it would take msg on
+// topic.
+func checkReplay(checker brokerurl.ReplayChecker, topic string, msg *message.Message) error {
+	if checker == nil {
+		return nil
+	}
+	return checker.CheckReplay(topic, msg)
 }
 
 // errNoNativeReplay is why a record with Native content is refused by a broker that cannot

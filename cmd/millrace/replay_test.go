@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -10,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/millrace/millrace/deadletter"
 	"github.com/millrace/millrace/deadletter/pgstore"
 )
 
@@ -164,4 +168,42 @@ func TestReplayStoppedHalfWayLosesNothing(t *testing.T) {
 		t.Fatalf("%d left after the last replay", left)
 	}
 	checkExactlyOnce(t, arrived(t, b), n)
+}
+
+// TestReplayKeepsWhatTheBrokerWouldRefuse: a dead letter the broker says it would never take
+// (brokerurl.ReplayChecker, deadletter.ErrNotReplayable) is kept and the replay goes on with
+// the others; --dry-run names it; any other error of the check stops the replay, the refused
+// ones counted in the error.
+func TestReplayKeepsWhatTheBrokerWouldRefuse(t *testing.T) {
+	const n = 9
+	store := newTable(t)
+	b := newMemBroker(t, topics3...)
+	c := newCLI(t, tableName(store), b)
+	fill(t, store, n)
+	b.check = func(topic string, msg *message.Message) error {
+		if topic == "payments" {
+			return fmt.Errorf("%w: no payments today (%s)", deadletter.ErrNotReplayable, msg.UUID)
+		}
+		return nil
+	}
+	dry := c.ok("dlq", "replay", "--all", "--dry-run", "--reset-history", "--broker", "memcheck://")
+	if got := strings.Count(dry, "would refuse: deadletter: record cannot be re-published exactly: no payments today"); got != 3 {
+		t.Fatalf("dry run names %d refusals, want the 3 payments:\n%s", got, dry)
+	}
+	r := c.run("", "dlq", "replay", "--all", "--reset-history", "--broker", "memcheck://")
+	if r.code != 1 || !strings.Contains(r.stdout, "replayed 6 of 9") || strings.Count(r.stderr, "refused ") != 3+1 ||
+		!strings.Contains(r.stderr, "3 dead letters refused and kept") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 6 replayed, the 3 payments refused and kept", r.code, r.stdout, r.stderr)
+	}
+	if left := count(t, store); left != 3 {
+		t.Fatalf("%d left, want the 3 refused", left)
+	}
+	if seen := arrived(t, b); len(seen) != 6 {
+		t.Fatalf("%d messages arrived, want 6: %v", len(seen), seen)
+	}
+	b.check = func(string, *message.Message) error { return errors.New("checker down") }
+	r = c.run("", "dlq", "replay", "--all", "--reset-history", "--broker", "memcheck://")
+	if r.code != 1 || !strings.Contains(r.stderr, "replay stopped after 0 of 3") || !strings.Contains(r.stderr, "checker down") {
+		t.Fatalf("exit %d, stderr %q; want the replay stopped by the check's error", r.code, r.stderr)
+	}
 }
