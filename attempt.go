@@ -2,6 +2,7 @@ package millrace
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"time"
 
@@ -100,12 +101,21 @@ func (c *attemptCtx) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// String names the context as context.WithValue's String would.
-func (c *attemptCtx) String() string { return "millrace.WithAttempt" }
+// String names the context after its parent's, as context.WithValue's String does.
+func (c *attemptCtx) String() string {
+	if s, ok := c.Context.(fmt.Stringer); ok {
+		return s.String() + ".WithAttempt"
+	}
+	return "millrace.WithAttempt"
+}
 
-// WithAttempt returns ctx carrying a copy of *a (a nil a carries none). The attempt middleware
-// calls it; handlers use AttemptFrom.
+// WithAttempt returns ctx carrying a copy of *a (a nil a carries none): a change to *a after
+// the call is not seen through ctx. The attempt middleware calls it; handlers use AttemptFrom.
+// A nil ctx panics, as it does for context.WithValue.
 func WithAttempt(ctx context.Context, a *Attempt) context.Context {
+	if ctx == nil {
+		panic("millrace.WithAttempt: nil parent context")
+	}
 	if a == nil {
 		return context.WithValue(ctx, attemptKey{}, (*Attempt)(nil))
 	}

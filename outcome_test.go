@@ -85,3 +85,11 @@ func TestAttemptContextRoundTrip(t *testing.T) {
 		t.Fatal("IsLast wrong")
 	}
 }
+
+// The Attempt's context names itself after its parent, as context.WithValue's does.
+func TestAttemptContextString(t *testing.T) {
+	ctx := millrace.WithAttempt(context.Background(), &millrace.Attempt{Number: 1})
+	if s := fmt.Sprint(ctx); s != "context.Background.WithAttempt" {
+		t.Fatalf("String %q", s)
+	}
+}

@@ -86,8 +86,9 @@ func newAcker(client redis.UniversalClient, log *slog.Logger) *acker {
 		wake: make(chan struct{}, 1), full: make(chan struct{}, 1), keptMax: ackKeptMax}
 }
 
-// add records id, an entry ID (a string, or a string boxed as a reply held it: see
-// delivery.ackID), for the next flush.
+// add records id for the next flush: an entry ID, always a string, boxed (as a reply held it:
+// see delivery.ackID). unsettled reads the IDs back as strings and skips anything else, so a
+// non-string here would be acknowledged and yet not protected from the reclaimer.
 func (k *acker) add(key ackKey, id any) {
 	k.mu.Lock()
 	k.pending[key] = append(k.pending[key], id)

@@ -45,9 +45,9 @@ type Entry struct {
 var ErrReply = errors.New("wire: unexpected stream reply")
 
 // ParseEntries reads an array of entries as go-redis's Do returns it (RESP2 or RESP3): the reply
-// of XRANGE, XREVRANGE or XCLAIM, or one stream's part of an XREADGROUP reply. The strings are
-// the reply's own (no copy); each entry's Fields is a slice of its own, which keeps only that
-// entry's strings alive.
+// of XRANGE, XREVRANGE or XCLAIM, or one stream's part of an XREADGROUP reply. Each entry keeps
+// its ID's box from the reply in IDArg. The strings are the reply's own (no copy); each entry's
+// Fields is a slice of its own, which keeps only that entry's strings alive.
 func ParseEntries(v any) ([]Entry, error) {
 	if v == nil {
 		return nil, nil
