@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 )
 
 // Sending acks of IDs boxed as a read's reply holds them (delivery.ackID) allocates per flush,
@@ -32,4 +36,31 @@ func TestAckerFlushDoesNotAllocatePerID(t *testing.T) {
 		t.Fatalf("%.0f allocations to ack %d IDs, want at most %d (a few per flush, none per ID)", allocs, n, n/8)
 	}
 	t.Logf("%.0f allocations to ack %d IDs", allocs, n)
+}
+
+// A delivered message carries its entry ID boxed as the read's reply held it, so that its ack
+// costs no allocation (delivery.ackID): TestAckerFlushDoesNotAllocatePerID measures the acker
+// given such IDs, this checks the subscription hands them over.
+func TestDeliveryKeepsTheRepliedID(t *testing.T) {
+	a := newTestAdapter(t, testConfig())
+	stream := uniqueStream(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, err := a.Subscriber().Subscribe(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Publisher().Publish(stream, message.NewMessage(watermill.NewUUID(), []byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-msgs:
+		d := deliveryCtxOf(m).d
+		if s, ok := d.idArg.(string); !ok || s != d.id {
+			t.Errorf("delivery %s carries %#v as its reply's ID", d.id, d.idArg)
+		}
+		m.Ack()
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery")
+	}
 }
