@@ -44,15 +44,7 @@ func TestAckerFlushDoesNotAllocatePerID(t *testing.T) {
 func TestDeliveryKeepsTheRepliedID(t *testing.T) {
 	a := newTestAdapter(t, testConfig())
 	stream := uniqueStream(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	msgs, err := a.Subscriber().Subscribe(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Publisher().Publish(stream, message.NewMessage(watermill.NewUUID(), []byte("x"))); err != nil {
-		t.Fatal(err)
-	}
+	msgs := subscribePublished(t, a, stream, message.NewMessage(watermill.NewUUID(), []byte("x")))
 	select {
 	case m := <-msgs:
 		d := deliveryCtxOf(m).d

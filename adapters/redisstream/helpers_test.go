@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/millrace/millrace/internal/testenv"
@@ -123,4 +124,20 @@ func newClusterTestAdapter(tb testing.TB, cfg Config) *Adapter {
 		}
 	})
 	return a
+}
+
+// subscribePublished subscribes to stream on a until the test ends, then publishes msgs to it,
+// and returns the subscription's channel.
+func subscribePublished(tb testing.TB, a *Adapter, stream string, msgs ...*message.Message) <-chan *message.Message {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	out, err := a.Subscriber().Subscribe(ctx, stream)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := a.Publisher().Publish(stream, msgs...); err != nil {
+		tb.Fatal(err)
+	}
+	return out
 }

@@ -283,15 +283,7 @@ func TestAckerRequeuesTransientXack(t *testing.T) {
 	})
 	stream := uniqueStream(t)
 	t.Cleanup(func() { direct.Del(context.Background(), stream) })
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	msgs, err := a.Subscriber().Subscribe(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Publisher().Publish(stream, message.NewMessage("u1", []byte("x"))); err != nil {
-		t.Fatal(err)
-	}
+	msgs := subscribePublished(t, a, stream, message.NewMessage("u1", []byte("x")))
 	select {
 	case m := <-msgs:
 		m.Ack()
@@ -334,15 +326,7 @@ func TestAckerKeptCap(t *testing.T) {
 	a.acks.mu.Unlock()
 	stream := uniqueStream(t)
 	t.Cleanup(func() { direct.Del(context.Background(), stream) })
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	msgs, err := a.Subscriber().Subscribe(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Publisher().Publish(stream, testMessages(5)...); err != nil {
-		t.Fatal(err)
-	}
+	msgs := subscribePublished(t, a, stream, testMessages(5)...)
 	for range 5 {
 		select {
 		case m := <-msgs:

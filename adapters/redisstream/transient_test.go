@@ -76,15 +76,7 @@ func TestReclaimSkipsUnsettledAck(t *testing.T) {
 	a := newTestAdapter(t, cfg)
 	c := testClient(t)
 	stream := uniqueStream(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	msgs, err := a.Subscriber().Subscribe(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Publisher().Publish(stream, message.NewMessage("u1", []byte("x"))); err != nil {
-		t.Fatal(err)
-	}
+	msgs := subscribePublished(t, a, stream, message.NewMessage("u1", []byte("x")))
 	var first *message.Message
 	select {
 	case first = <-msgs:
