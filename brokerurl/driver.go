@@ -59,15 +59,17 @@ type Broker interface {
 
 // ReplayChecker is implemented by a Broker that can tell, before publishing, that it will never
 // take a replayed message as it is: for SQS, a message to a FIFO queue without a valid message
-// group (a dead letter of a standard queue records none), or a payload or metadata that is not
-// UTF-8 text. `millrace dlq replay` calls CheckReplay after PrepareReplay: an error wrapping
+// group (a dead letter of a standard queue records none), a payload or metadata that is not
+// UTF-8 text, or a message larger than the queue takes. `millrace dlq replay` calls CheckReplay
+// with msg as PrepareReplay left it, built from rec: an error wrapping
 // deadletter.ErrNotReplayable keeps that dead letter in the store, and the replay goes on with
-// the next one (a failed publish stops it); with --dry-run it is reported as "would refuse".
-// CheckReplay publishes nothing and changes nothing; as --dry-run calls PrepareReplay before it,
-// the PrepareReplay of a Broker that has CheckReplay changes nothing but the message. A Broker
+// the next one (a failed publish stops it); any other error (the broker could not be asked)
+// stops the replay. With --dry-run a refusal is reported as "would refuse". CheckReplay
+// publishes nothing and changes nothing; as --dry-run calls PrepareReplay before it, the
+// PrepareReplay of a Broker that has CheckReplay changes nothing but the message. A Broker
 // without it is not asked.
 type ReplayChecker interface {
-	CheckReplay(topic string, msg *message.Message) error
+	CheckReplay(ctx context.Context, topic string, rec deadletter.Record, msg *message.Message) error
 }
 
 // Destination is one dead-letter destination a broker holds.

@@ -280,36 +280,53 @@ func TestCLISQSFIFOReplay(t *testing.T) {
 
 // TestCLISQSReplayToFIFOKeepsGrouplessDeadLetters: a replay to a FIFO queue refuses, and keeps
 // in the store, each dead letter that records no valid message group (one of a standard queue
-// has none; SQS does not take a group with a space), and goes on with the others; the command
-// exits non-zero naming the refused ones, and --dry-run names them first. Before, the
-// publisher's ErrMessageGroup stopped the whole run at the first of them.
+// has none; SQS does not take a group with a space) or is larger than the queue takes, and
+// goes on with the others; the command exits non-zero naming the refused ones, and --dry-run
+// names them first. Before, the publisher's ErrMessageGroup (or SQS's refusal of the size)
+// stopped the whole run at the first of them.
 func TestCLISQSReplayToFIFOKeepsGrouplessDeadLetters(t *testing.T) {
 	target := cliTopic("cli-fifo-keep") + ".fifo"
 	a := cliAdapter(t, target)
 	ctx := context.Background()
 	targetURL, err := a.Client().CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(a.QueueName(target)),
-		Attributes: map[string]string{"FifoQueue": "true"}})
+		Attributes: map[string]string{"FifoQueue": "true", "MaximumMessageSize": "1024"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	store, c := clitest.NewTable(t)
 	origin := cliTopic("cli-fifo-origin")
-	none, spaced, good := clitest.Sample(0, origin), clitest.Sample(1, origin), clitest.Sample(2, origin)
-	spaced.OriginalKey, good.OriginalKey = "has space", "g-1"
-	noneID, spacedID := clitest.Put(t, store, none), clitest.Put(t, store, spaced)
-	clitest.Put(t, store, good)
+	none, spaced, big, good := clitest.Sample(0, origin), clitest.Sample(1, origin), clitest.Sample(2, origin), clitest.Sample(3, origin)
+	spaced.OriginalKey, big.OriginalKey, good.OriginalKey = "has space", "g-2", "g-1"
+	big.Payload = []byte(strings.Repeat("x", 2000)) // the queue takes 1,024 bytes
+	refused := map[string]string{
+		clitest.Put(t, store, none):   "needs a valid message group",
+		clitest.Put(t, store, spaced): `OriginalKey "has space" names no valid group`,
+		clitest.Put(t, store, big):    "MaximumMessageSize",
+	}
+	goodID := clitest.Put(t, store, good)
 	dry := c.OK("dlq", "replay", "--topic", origin, "--reset-history", "--broker", cliStoreURL(t), "--to-topic", target, "--dry-run")
-	if strings.Count(dry, "would refuse") != 2 || !strings.Contains(dry, noneID+"  ") || !strings.Contains(dry, "needs a valid message group") {
-		t.Fatalf("dry run:\n%s\nwant the 2 without a valid group named as refused", dry)
+	for _, line := range strings.Split(dry, "\n") {
+		id, _, _ := strings.Cut(line, " ")
+		why, isRefused := refused[id]
+		if isRefused && (!strings.Contains(line, "would refuse") || !strings.Contains(line, why)) ||
+			id == goodID && strings.Contains(line, "would refuse") {
+			t.Errorf("dry run line %q", line)
+		}
+	}
+	if strings.Count(dry, "would refuse") != 3 {
+		t.Fatalf("dry run:\n%s\nwant the 3 SQS would not take named as refused", dry)
 	}
 	r := c.Run("", "dlq", "replay", "--topic", origin, "--reset-history", "--broker", cliStoreURL(t), "--to-topic", target)
-	if r.Code == 0 || !strings.Contains(r.Stdout, "replayed 1 of 3") ||
-		!strings.Contains(r.Stderr, "refused "+noneID) || !strings.Contains(r.Stderr, "refused "+spacedID) ||
-		!strings.Contains(r.Stderr, "2 dead letters refused and kept") {
-		t.Fatalf("exit %d, stdout %q, stderr %q; want 1 replayed, the 2 without a valid group refused and kept", r.Code, r.Stdout, r.Stderr)
+	if r.Code == 0 || !strings.Contains(r.Stdout, "replayed 1 of 4") || !strings.Contains(r.Stderr, "3 dead letters refused and kept") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 1 replayed, the 3 SQS would not take refused and kept", r.Code, r.Stdout, r.Stderr)
 	}
-	if n := clitest.Count(t, store); n != 2 {
-		t.Errorf("%d dead letters left in the store, want the 2 refused", n)
+	for id := range refused {
+		if !strings.Contains(r.Stderr, "refused "+id) {
+			t.Errorf("%s not refused: stderr %q", id, r.Stderr)
+		}
+	}
+	if n := clitest.Count(t, store); n != 3 {
+		t.Errorf("%d dead letters left in the store, want the 3 refused", n)
 	}
 	out, err := a.Client().ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
 		QueueUrl: targetURL.QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 2,

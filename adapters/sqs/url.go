@@ -289,19 +289,37 @@ func (b *urlBroker) PrepareReplay(rec deadletter.Record, msg *message.Message) {
 }
 
 // CheckReplay refuses, with deadletter.ErrNotReplayable, a replay to topic that the publisher
-// would refuse whatever the retries (brokerurl.ReplayChecker): a payload or metadata that is
-// not UTF-8 text (ErrPayloadNotText, ErrMetadataNotText), or, on a FIFO queue, no valid message
-// group (ErrMessageGroup: the dead letter's OriginalKey, set by PrepareReplay, or its metadata
-// MetadataGroupID, names none SQS takes). It runs the publisher's own checks, calls nothing.
-func (b *urlBroker) CheckReplay(topic string, msg *message.Message) error {
+// or SQS would refuse however often it is tried (brokerurl.ReplayChecker): a payload or
+// metadata that is not UTF-8 text (ErrPayloadNotText, ErrMetadataNotText); on a FIFO queue, no
+// valid message group (ErrMessageGroup: neither the dead letter's OriginalKey, which
+// PrepareReplay sets, nor its metadata MetadataGroupID names one SQS takes); or a message, as
+// the publisher encodes it, larger than the queue's MaximumMessageSize (256 KiB assumed when
+// the attribute cannot be read, as for dead letters). It runs the publisher's own checks; its
+// only calls are GetQueueUrl and GetQueueAttributes, whose failures it returns as they are.
+func (b *urlBroker) CheckReplay(ctx context.Context, topic string, rec deadletter.Record, msg *message.Message) error {
+	queue := b.a.QueueName(topic)
 	m, err := (marshaler{group: b.a.cfg.MessageGroup}).Marshal(msg)
 	if err == nil {
 		// sendInput builds the SendMessage input from the queue URL, whose ".fifo" suffix is all
 		// it reads of it: the queue's name has the same.
-		_, err = sendInput(context.Background(), wmsqs.QueueURL(b.a.QueueName(topic)), m)
+		_, err = sendInput(ctx, wmsqs.QueueURL(queue), m)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrMessageGroup):
+		return fmt.Errorf("%w: %w; the dead letter's OriginalKey %q names no valid group (a dead letter of a standard queue has none)",
+			deadletter.ErrNotReplayable, err, clip(rec.OriginalKey))
+	case errors.Is(err, ErrPayloadNotText), errors.Is(err, ErrMetadataNotText):
 		return fmt.Errorf("%w: %w", deadletter.ErrNotReplayable, err)
+	case err != nil:
+		return err
+	}
+	url, ok, err := QueueURL(ctx, b.a.Client(), queue)
+	if err != nil || !ok {
+		return err // a missing queue: the replay checked its targets, and the publish says so
+	}
+	if size, limit := messageSize(m), b.a.urls.maxSize(ctx, url); size > limit {
+		return fmt.Errorf("%w: the message is %d bytes (body and attributes as the publisher encodes them), queue %s takes at most %d (MaximumMessageSize)",
+			deadletter.ErrNotReplayable, size, queue, limit)
 	}
 	return nil
 }

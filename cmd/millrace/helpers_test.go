@@ -47,7 +47,7 @@ type memBroker struct {
 // checkingBroker is memBroker with brokerurl.ReplayChecker, as memcheck://.
 type checkingBroker struct{ *memBroker }
 
-func (b checkingBroker) CheckReplay(topic string, msg *message.Message) error {
+func (b checkingBroker) CheckReplay(_ context.Context, topic string, _ deadletter.Record, msg *message.Message) error {
 	if b.check == nil {
 		return nil
 	}

@@ -77,7 +77,9 @@ type replayOptions struct {
 // not millrace's). A broker that cannot do so refuses it: the dead letter stays in the store,
 // the others are replayed, and the command exits non-zero naming the refused ones. So does a
 // dead letter that the broker says it would never take as it is (brokerurl.ReplayChecker: an
-// SQS FIFO queue's message without a valid message group); --dry-run names both kinds.
+// SQS FIFO queue's message without a valid message group, one larger than the queue takes).
+// --dry-run names both kinds; not the native content a NativePublisher refuses only when it
+// publishes (an SQS message with more attributes than SQS takes).
 func (a *app) replay(ctx context.Context, sio stdio, o replayOptions, ids []string) error {
 	src, ff, all, keep, reset, dryRun := o.src, o.ff, o.all, o.keep, o.reset, o.dryRun
 	brokerURL, toTopic, perSecond := o.brokerURL, o.toTopic, o.perSecond
@@ -155,14 +157,20 @@ func (a *app) replay(ctx context.Context, sio stdio, o replayOptions, ids []stri
 				// The message as the replay would publish it, checked; nothing is sent.
 				e, err := store.Get(ctx, it.id)
 				if err != nil && !errors.Is(err, deadletter.ErrNotFound) {
-					return err
+					_ = tw.Flush()
+					return fmt.Errorf("dry run: get %s: %w", it.id, err)
 				}
 				if err == nil {
 					msg := deadletter.ReplayMessage(e.Record, history)
 					broker.PrepareReplay(e.Record, msg)
-					if err := checker.CheckReplay(it.target, msg); err != nil {
+					err := checker.CheckReplay(ctx, it.target, e.Record, msg)
+					if errors.Is(err, deadletter.ErrNotReplayable) {
 						fmt.Fprintf(tw, "%s\t%s\twould refuse: %s\n", it.id, it.target, err)
 						continue
+					}
+					if err != nil { // the replay would stop here too
+						_ = tw.Flush()
+						return fmt.Errorf("dry run: check %s for %q: %w", it.id, it.target, err)
 					}
 				}
 			}
@@ -280,7 +288,7 @@ func (a *app) runReplay(ctx context.Context, sio stdio, store deadletter.Store, 
 		} else {
 			msg := deadletter.ReplayMessage(e.Record, history)
 			broker.PrepareReplay(e.Record, msg)
-			if err := checkReplay(checker, it.target, msg); errors.Is(err, deadletter.ErrNotReplayable) {
+			if err := checkReplay(ctx, checker, it.target, e.Record, msg); errors.Is(err, deadletter.ErrNotReplayable) {
 				// The broker would refuse this message whatever the retries (an SQS FIFO
 				// queue's message without a valid group): kept, and the replay goes on, where
 				// the publish's failure would stop it.
@@ -317,13 +325,13 @@ func (a *app) runReplay(ctx context.Context, sio stdio, store deadletter.Store, 
 	return nil
 }
 
-// checkReplay asks checker (nil: a broker that does not check) whether it would take msg on
-// topic.
-func checkReplay(checker brokerurl.ReplayChecker, topic string, msg *message.Message) error {
+// checkReplay asks checker (nil: a broker that does not check) whether it would take msg, made
+// from rec, on topic.
+func checkReplay(ctx context.Context, checker brokerurl.ReplayChecker, topic string, rec deadletter.Record, msg *message.Message) error {
 	if checker == nil {
 		return nil
 	}
-	return checker.CheckReplay(topic, msg)
+	return checker.CheckReplay(ctx, topic, rec, msg)
 }
 
 // errNoNativeReplay is why a record with Native content is refused by a broker that cannot

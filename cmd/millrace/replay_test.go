@@ -201,9 +201,31 @@ func TestReplayKeepsWhatTheBrokerWouldRefuse(t *testing.T) {
 	if seen := arrived(t, b); len(seen) != 6 {
 		t.Fatalf("%d messages arrived, want 6: %v", len(seen), seen)
 	}
-	b.check = func(string, *message.Message) error { return errors.New("checker down") }
-	r = c.run("", "dlq", "replay", "--all", "--reset-history", "--broker", "memcheck://")
-	if r.code != 1 || !strings.Contains(r.stderr, "replay stopped after 0 of 3") || !strings.Contains(r.stderr, "checker down") {
-		t.Fatalf("exit %d, stderr %q; want the replay stopped by the check's error", r.code, r.stderr)
+
+	// A check that fails otherwise stops the replay, the dry run too; the refused ones so far are
+	// counted in the error. In ID order: orders refused, payments replayed, refunds fails.
+	store2 := newTable(t)
+	c2 := newCLI(t, tableName(store2), b)
+	fill(t, store2, 3)
+	b.check = func(topic string, _ *message.Message) error {
+		switch topic {
+		case "orders":
+			return fmt.Errorf("%w: no orders today", deadletter.ErrNotReplayable)
+		case "refunds":
+			return errors.New("checker down")
+		}
+		return nil
+	}
+	r = c2.run("", "dlq", "replay", "--all", "--reset-history", "--dry-run", "--broker", "memcheck://")
+	if r.code != 1 || !strings.Contains(r.stderr, "dry run: check") || !strings.Contains(r.stderr, "checker down") {
+		t.Fatalf("dry run: exit %d, stderr %q; want it stopped by the check's error", r.code, r.stderr)
+	}
+	r = c2.run("", "dlq", "replay", "--all", "--reset-history", "--broker", "memcheck://")
+	if r.code != 1 || !strings.Contains(r.stderr, "replay stopped after 1 of 3 (0 already gone, 1 refused and kept (") ||
+		!strings.Contains(r.stderr, "checker down") {
+		t.Fatalf("exit %d, stderr %q; want the replay stopped by the check's error after 1 replayed and 1 refused", r.code, r.stderr)
+	}
+	if left := count(t, store2); left != 2 {
+		t.Fatalf("%d left, want the refused and the unchecked one", left)
 	}
 }
