@@ -154,24 +154,14 @@ func (a *app) replay(ctx context.Context, sio stdio, o replayOptions, ids []stri
 				continue
 			}
 			if !it.native && checker != nil {
-				// The message as the replay would publish it, checked; nothing is sent.
-				e, err := store.Get(ctx, it.id)
-				if err != nil && !errors.Is(err, deadletter.ErrNotFound) {
+				refusal, err := checkStored(ctx, store, broker, checker, it, history)
+				if err != nil { // the replay would stop here too
 					_ = tw.Flush()
-					return fmt.Errorf("dry run: get %s: %w", it.id, err)
+					return fmt.Errorf("dry run: %w", err)
 				}
-				if err == nil {
-					msg := deadletter.ReplayMessage(e.Record, history)
-					broker.PrepareReplay(e.Record, msg)
-					err := checker.CheckReplay(ctx, it.target, e.Record, msg)
-					if errors.Is(err, deadletter.ErrNotReplayable) {
-						fmt.Fprintf(tw, "%s\t%s\twould refuse: %s\n", it.id, it.target, err)
-						continue
-					}
-					if err != nil { // the replay would stop here too
-						_ = tw.Flush()
-						return fmt.Errorf("dry run: check %s for %q: %w", it.id, it.target, err)
-					}
+				if refusal != nil {
+					fmt.Fprintf(tw, "%s\t%s\twould refuse: %s\n", it.id, it.target, refusal)
+					continue
 				}
 			}
 			fmt.Fprintf(tw, "%s\t%s\n", it.id, it.target)
@@ -323,6 +313,30 @@ func (a *app) runReplay(ctx context.Context, sio stdio, store deadletter.Store, 
 		return fmt.Errorf("%d dead letters refused and kept in the store (%s): %w", len(refused), strings.Join(refused, ", "), deadletter.ErrNotReplayable)
 	}
 	return nil
+}
+
+// checkStored builds the message a replay would publish from the dead letter it names and asks
+// checker about it, publishing nothing: refusal is the checker's deadletter.ErrNotReplayable,
+// err any other failure (nothing for a dead letter that is gone since the selection).
+func checkStored(ctx context.Context, store deadletter.Store, broker brokerurl.Broker, checker brokerurl.ReplayChecker,
+	it replayItem, history deadletter.History) (refusal, err error) {
+	e, err := store.Get(ctx, it.id)
+	if errors.Is(err, deadletter.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", it.id, err)
+	}
+	msg := deadletter.ReplayMessage(e.Record, history)
+	broker.PrepareReplay(e.Record, msg)
+	err = checkReplay(ctx, checker, it.target, e.Record, msg)
+	if errors.Is(err, deadletter.ErrNotReplayable) {
+		return err, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("check %s for %q: %w", it.id, it.target, err)
+	}
+	return nil, nil
 }
 
 // checkReplay asks checker (nil: a broker that does not check) whether it would take msg, made
