@@ -295,7 +295,8 @@ func (b *urlBroker) PrepareReplay(rec deadletter.Record, msg *message.Message) {
 // PrepareReplay sets, nor its metadata MetadataGroupID names one SQS takes); or a message, as
 // the publisher encodes it, larger than the queue's MaximumMessageSize (256 KiB assumed when
 // the attribute cannot be read, as for dead letters). It runs the publisher's own checks; its
-// only calls are GetQueueUrl and GetQueueAttributes, whose failures it returns as they are.
+// only calls are GetQueueUrl and GetQueueAttributes, once per queue (the adapter caches both),
+// whose failures it returns as they are.
 func (b *urlBroker) CheckReplay(ctx context.Context, topic string, rec deadletter.Record, msg *message.Message) error {
 	queue := b.a.QueueName(topic)
 	m, err := (marshaler{group: b.a.cfg.MessageGroup}).Marshal(msg)
@@ -313,7 +314,7 @@ func (b *urlBroker) CheckReplay(ctx context.Context, topic string, rec deadlette
 	case err != nil:
 		return err
 	}
-	url, ok, err := QueueURL(ctx, b.a.Client(), queue)
+	url, ok, err := b.a.urls.lookup(ctx, queue) // the publisher's cache: no GetQueueUrl per dead letter
 	if err != nil || !ok {
 		return err // a missing queue: the replay checked its targets, and the publish says so
 	}
