@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
 	"runtime/metrics"
 	"slices"
@@ -100,6 +101,11 @@ type latencyRun struct {
 	offeredPerSec   float64       // healthy records sent per second
 	heapPeak        uint64        // largest live heap sampled
 	retries         int
+	// machineBusy is how many of the machine's cores were busy (not idle, not waiting for I/O)
+	// on average while the load was offered, and processBusy how many of them this process
+	// (consumer and load generator) kept busy: what is left of the machine for the broker
+	// and everything else. 0 where /proc/stat cannot be read.
+	machineBusy, processBusy float64
 }
 
 func latencyRounds(b *testing.B, rate int, delay time.Duration) {
@@ -119,7 +125,7 @@ func latencyRounds(b *testing.B, rate int, delay time.Duration) {
 	res := benchround.Interleave(b, *latRounds, v("all_healthy", false), v(fmt.Sprintf("%dpct_failing", *latFailPct), true))
 	benchround.Report(b, res, "p99_ms")
 	healthy, failing := runs["all_healthy"], runs[res.Names[1]]
-	var ratio, ratioDue, late, lateMax, keep, heap []float64
+	var ratio, ratioDue, late, lateMax, keep, heap, busyA, busyB, procA, procB []float64
 	for i := range healthy {
 		ratio = append(ratio, float64(failing[i].p99)/float64(healthy[i].p99))
 		ratioDue = append(ratioDue, float64(failing[i].p99Due)/float64(healthy[i].p99Due))
@@ -127,6 +133,8 @@ func latencyRounds(b *testing.B, rate int, delay time.Duration) {
 		lateMax = append(lateMax, float64(delay+failing[i].lateMx)/float64(delay))
 		keep = append(keep, failing[i].consumedPerSec/failing[i].offeredPerSec)
 		heap = append(heap, float64(failing[i].heapPeak)/(1<<20))
+		busyA, busyB = append(busyA, healthy[i].machineBusy), append(busyB, failing[i].machineBusy)
+		procA, procB = append(procA, healthy[i].processBusy), append(procB, failing[i].processBusy)
 	}
 	at := fmt.Sprintf("@%d/s,%s", rate, delay)
 	for _, f := range []struct {
@@ -139,6 +147,12 @@ func latencyRounds(b *testing.B, rate int, delay time.Duration) {
 		{"retry_late_max_ratio", "ratio", "", lateMax},
 		{"consumed/offered", "ratio", ">= 0.99", keep}, // keeps up: the rate is measured over the run, so 1 exactly is not reached
 		{"heap_peak", "MiB", "", heap},
+		// Where the CPU went while the load was offered: the whole machine's busy cores and
+		// this process's, in each run (see latencyRun.machineBusy).
+		{"machine_busy_" + res.Names[0], "cores", "", busyA},
+		{"machine_busy_" + res.Names[1], "cores", "", busyB},
+		{"process_busy_" + res.Names[0], "cores", "", procA},
+		{"process_busy_" + res.Names[1], "cores", "", procB},
 	} {
 		lo, med, hi := benchround.Stats(f.xs)
 		fmt.Println(benchround.Line(b.Name(), f.name+at, f.unit, lo, med, hi, len(f.xs), f.target))
@@ -274,6 +288,7 @@ func latencyOnce(b *testing.B, rate int, delay, run time.Duration, failing bool)
 	heapDone := make(chan uint64)
 	go func() { heapDone <- sampleHeap(heapStop) }()
 
+	machine0, proc0 := machineCPU(), processCPU()
 	start := time.Now()
 	tick := time.NewTicker(2 * time.Millisecond)
 	sent := 0
@@ -295,6 +310,7 @@ func latencyOnce(b *testing.B, rate int, delay, run time.Duration, failing bool)
 	}
 	tick.Stop()
 	sendEnd := time.Now()
+	machine1, proc1 := machineCPU(), processCPU()
 	_ = prod.Close()
 	if err, _ := prodErr.Load().(error); err != nil {
 		b.Fatalf("producing: %v", err)
@@ -314,6 +330,12 @@ func latencyOnce(b *testing.B, rate int, delay, run time.Duration, failing bool)
 	}
 	close(heapStop)
 	out := latencyRun{heapPeak: <-heapDone, retries: int(wantRetries)}
+	wall := sendEnd.Sub(start)
+	out.processBusy = float64(proc1-proc0) / float64(wall.Nanoseconds())
+	if machine0.total > 0 && machine1.total > machine0.total {
+		busy, total := float64(machine1.busy-machine0.busy), float64(machine1.total-machine0.total)
+		out.machineBusy = busy / total * float64(runtime.NumCPU())
+	}
 	out.offeredPerSec = float64(wantHealthy) / sendEnd.Sub(start).Seconds()
 	out.consumedPerSec = float64(wantHealthy) / time.Duration(lastAt.Load()-start.UnixNano()).Seconds()
 
@@ -339,6 +361,39 @@ func latencyOnce(b *testing.B, rate int, delay, run time.Duration, failing bool)
 		logSeries(b, start, samples)
 	}
 	return out
+}
+
+// cpuTicks is the machine's CPU time in clock ticks, summed over its cores (/proc/stat).
+type cpuTicks struct{ busy, total uint64 }
+
+// machineCPU reads the machine's CPU time so far from /proc/stat's first line ("cpu  user
+// nice system idle iowait irq softirq steal ..."): busy is everything but idle and iowait.
+// Zero where the file cannot be read (not Linux).
+func machineCPU() cpuTicks {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTicks{}
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 5 || fields[0] != "cpu" {
+		return cpuTicks{}
+	}
+	var t cpuTicks
+	for i, f := range fields[1:] {
+		if i >= 8 { // guest and guest_nice are already counted in user and nice
+			break
+		}
+		n, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return cpuTicks{}
+		}
+		t.total += n
+		if i != 3 && i != 4 { // idle, iowait
+			t.busy += n
+		}
+	}
+	return t
 }
 
 // quantile returns the q quantile of xs (sorting xs).
