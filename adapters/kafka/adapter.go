@@ -50,6 +50,8 @@ type Adapter struct {
 	subs    sync.WaitGroup
 
 	sessions atomic.Int64 // group sessions started by this adapter's subscriptions
+	// retryQueues is what the retry partitions' queues did (see retryQueue).
+	retryQueues retryQueueStats
 
 	// Backlog's client and admin (connected on first use, guarded by mu), its reads in
 	// progress by topic, and the dead letters it counted per dead-letter partition.

@@ -29,3 +29,13 @@ func (a *Adapter) RetryTopicMaxBytes(s int64) (int64, error) {
 func TransactionalID(prefix, group, topic string, partition int32) string {
 	return transactionalID(prefix, group, topic, partition)
 }
+
+// RetryQueueStats returns the most records one retry partition's queue of this adapter's
+// subscriptions held at once, and how many times such a queue paused its partition.
+func (a *Adapter) RetryQueueStats() (maxQueued, pauses int64) {
+	return a.retryQueues.maxQueued.Load(), a.retryQueues.pauses.Load()
+}
+
+// RetryQueueHigh is how many records a retry partition's queue takes before pausing the
+// partition, at least.
+const RetryQueueHigh = retryQueueHigh

@@ -76,9 +76,16 @@ func describeCalls(calls []call) string {
 // rec. The returned stop closes the router and waits for it; it also runs when the test ends.
 func startRouter(t testing.TB, a *kafka.Adapter, topic string, policy millrace.RetryPolicy, rec *recorder, h router.HandlerFunc) (stop func()) {
 	t.Helper()
+	return startRouterLogging(t, slog.LevelInfo, a, topic, policy, rec, h)
+}
+
+// startRouterLogging is startRouter with the router logging at level and above (a test of
+// thousands of attempts logs at Warn, not a line per attempt).
+func startRouterLogging(t testing.TB, level slog.Level, a *kafka.Adapter, topic string, policy millrace.RetryPolicy, rec *recorder, h router.HandlerFunc) (stop func()) {
+	t.Helper()
 	r, err := router.New(router.Config{
 		Adapter: a, Policy: policy, CloseTimeout: 5 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {
 		t.Fatalf("router.New: %v", err)

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -45,12 +46,37 @@ type retryQueue struct {
 	high, low  int
 	pause      func(bool) // pauses (true) or resumes the partition's fetches
 	added      chan struct{}
-	maxQueued  int // the most records queued at once (tests)
-	pauseCount int // how many times the partition was paused (tests)
+	maxQueued  int // the most records queued at once
+	pauseCount int // how many times the partition was paused
+	stats      *retryQueueStats
 }
 
-func newRetryQueue(high int, pause func(bool)) *retryQueue {
-	return &retryQueue{high: high, low: high / 2, pause: pause, added: make(chan struct{}, 1)}
+// retryQueueStats gathers what the retry queues of an adapter's subscriptions did: the most
+// records one of them held at once and how many times they paused their partitions. The tests
+// check the queue's bound on a running subscription with it; the queues update it only when
+// they pause or exceed their own largest size, never per record.
+type retryQueueStats struct {
+	maxQueued atomic.Int64
+	pauses    atomic.Int64
+}
+
+// queued records that a queue held n records at once.
+func (s *retryQueueStats) queued(n int) {
+	for {
+		cur := s.maxQueued.Load()
+		if int64(n) <= cur || s.maxQueued.CompareAndSwap(cur, int64(n)) {
+			return
+		}
+	}
+}
+
+// newRetryQueue returns a queue that pauses its partition at high records and resumes it at
+// half that, reporting to stats (nil: to nobody).
+func newRetryQueue(high int, pause func(bool), stats *retryQueueStats) *retryQueue {
+	if stats == nil {
+		stats = &retryQueueStats{}
+	}
+	return &retryQueue{high: high, low: high / 2, pause: pause, added: make(chan struct{}, 1), stats: stats}
 }
 
 // push queues rec, pausing the partition once the queue is full.
@@ -59,10 +85,14 @@ func (q *retryQueue) push(rec *sarama.ConsumerMessage) {
 	defer q.mu.Unlock()
 	q.recs = append(q.recs, rec)
 	n := len(q.recs) - q.head
-	q.maxQueued = max(q.maxQueued, n)
+	if n > q.maxQueued {
+		q.maxQueued = n
+		q.stats.queued(n)
+	}
 	if !q.paused && n >= q.high {
 		q.paused = true
 		q.pauseCount++
+		q.stats.pauses.Add(1)
 		q.pause(true)
 	}
 	if n == 1 {
@@ -127,7 +157,7 @@ func (h *groupHandler) consumeRetries(sess sarama.ConsumerGroupSession, claim sa
 		} else {
 			h.sub.group.Resume(partition)
 		}
-	})
+	}, &h.sub.a.retryQueues)
 	stop := make(chan struct{})
 	dispatched := make(chan struct{})
 	go func() {

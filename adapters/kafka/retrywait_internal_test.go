@@ -10,7 +10,8 @@ import (
 // down to half, keeps the records in order, and does not grow past what it was given.
 func TestRetryQueuePausesAtHighResumesAtLow(t *testing.T) {
 	var calls []bool
-	q := newRetryQueue(8, func(pause bool) { calls = append(calls, pause) })
+	stats := &retryQueueStats{}
+	q := newRetryQueue(8, func(pause bool) { calls = append(calls, pause) }, stats)
 	var offset int64
 	push := func(n int) {
 		for range n {
@@ -76,5 +77,8 @@ func TestRetryQueuePausesAtHighResumesAtLow(t *testing.T) {
 	}
 	if q.maxQueued != 108 || q.pauseCount != 2 {
 		t.Fatalf("maxQueued %d pauseCount %d, want 108 and 2", q.maxQueued, q.pauseCount)
+	}
+	if stats.maxQueued.Load() != 108 || stats.pauses.Load() != 2 {
+		t.Fatalf("stats: maxQueued %d pauses %d, want 108 and 2", stats.maxQueued.Load(), stats.pauses.Load())
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -161,5 +163,98 @@ func colocate(t *testing.T, topic, with string) {
 		if _, err := adm.do("POST", "/move", q); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestWaitingRetriesStayBounded: however many retry records wait in the retry topic, the
+// subscription holds a bounded number of them in memory, and every one is still handled once
+// due. 3,000 records fail at once with a 4 s delay, so that all of their retry copies are in the
+// retry topic long before the first comes due; the retry partition's queue must pause the
+// partition once it holds its high mark (RetryQueueHigh), hold at most the high mark, Sarama's
+// channel and what the fetches in flight bring (with Consumer.Fetch.Default at 16 KiB, record
+// batches of at most 50 records and a channel of 8: under 500, far below the 3,000 waiting),
+// and resume as the due records drain, until every retry was handled.
+//
+// Without the pause, the claim drains the whole retry topic into the queue within the delay
+// (the queue then holds all 3,000); without the resume, the records past the first pause are
+// never fetched and the retries never all arrive.
+func TestWaitingRetriesStayBounded(t *testing.T) {
+	t.Parallel()
+	const (
+		records = 3000
+		delay   = 4 * time.Second
+		channel = 8  // Sarama's partition channel
+		batch   = 50 // records per produce request, so per record batch of the retry topic
+	)
+	topic, group := uniqueName("retrybound"), uniqueName("retrybound")
+	a := newAdapter(t, group, func(c *kafka.Config) {
+		c.Partitions, c.RetryPartitions = 1, 1
+		sc := sarama.NewConfig()
+		sc.ChannelBufferSize = channel
+		sc.Consumer.Fetch.Default = 16 << 10
+		sc.Producer.Flush.MaxMessages = batch
+		c.Sarama = sc
+	})
+	policy := millrace.RetryPolicy{MaxAttempts: 2, Backoff: millrace.Fixed(delay)}
+	if err := a.Provision(ctxT(t, 30*time.Second), topic, policy); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		retried = map[string]bool{}
+		early   []string
+	)
+	rec := newRecorder()
+	startRouterLogging(t, slog.LevelWarn, a, topic, policy, rec, func(_ context.Context, msg *message.Message, at millrace.Attempt) error {
+		if at.Number == 1 {
+			return millrace.Retry(errors.New("fails once"))
+		}
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		if due := millrace.NotBeforeFromHeaders(msg.Metadata); now.Before(due) {
+			early = append(early, fmt.Sprintf("%s %s early", msg.UUID, due.Sub(now)))
+		}
+		retried[msg.UUID] = true
+		return nil
+	})
+	pub := newAdapter(t, uniqueName("retrybound-pub"), nil)
+	msgs := make([]*message.Message, records)
+	for i := range msgs {
+		msgs[i] = newMessage(strconv.Itoa(i))
+	}
+	for batch := range slices.Chunk(msgs, 500) {
+		if err := pub.Publisher().Publish(topic, batch...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	handled := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(retried)
+	}
+	for deadline := time.Now().Add(delay + time.Minute); handled() < records; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			maxQueued, pauses := a.RetryQueueStats()
+			t.Fatalf("%d of %d retries handled after %s (the retry queue held at most %d records, paused %d times)",
+				handled(), records, delay+time.Minute, maxQueued, pauses)
+		}
+	}
+
+	maxQueued, pauses := a.RetryQueueStats()
+	t.Logf("%d retries: the retry queue held at most %d records and paused its partition %d times", records, maxQueued, pauses)
+	// The high mark, the channel and what the fetches in flight bring: a fetch returns up to
+	// Fetch.Default bytes but at least one whole record batch (here at most batch records).
+	if bound := int64(kafka.RetryQueueHigh + channel + 4*batch); maxQueued > bound {
+		t.Errorf("the retry queue held %d of the %d waiting records at once, more than %d", maxQueued, records, bound)
+	}
+	if maxQueued < kafka.RetryQueueHigh || pauses < 2 {
+		t.Errorf("the retry queue held at most %d records and paused %d times: the test did not fill it past its high mark (%d) and again after a resume",
+			maxQueued, pauses, kafka.RetryQueueHigh)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(early) > 0 {
+		t.Errorf("%d retries handled before their not-before time: %v", len(early), early[:min(len(early), 5)])
 	}
 }

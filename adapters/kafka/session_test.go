@@ -13,8 +13,8 @@ import (
 )
 
 // A retry waiting longer than the group's session timeout (Sarama's default 10 s) neither trips
-// the session nor causes a rebalance: heartbeats go on while the retry partition is paused, and
-// the record arrives on time.
+// the session nor causes a rebalance: heartbeats go on while the retry waits in the retry
+// partition's queue, and the record arrives on time.
 func TestLongRetryWaitKeepsTheSession(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits 12 s; skipped with -short")
