@@ -48,6 +48,8 @@ var (
 //	millrace_10pct_free       millrace, the same 10% called "failing" but succeeding: failures
 //	                          that cost nothing beyond their first handler call (the ceiling)
 //	watermill_all_healthy     a bare watermill-kafka consumer, no failures
+//	raw_all_healthy           a raw Sarama consumer group marking every record, no failures
+//	                          (the client's own rate and CPU: the anchor)
 //	millrace_all_failing      millrace, every record fails once (for its CPU per record only)
 //	watermill_retry_10pct     the bare consumer with Watermill's middleware.Retry, which sleeps
 //	                          in the handler and so blocks the failing record's partition
@@ -72,16 +74,20 @@ var (
 //	                take their share for their first attempt, so healthy records reach at most
 //	                about 90% of the all-healthy rate even when a failure costs nothing more
 //	millrace_10pct_failing/watermill_all_healthy  against a bare watermill-kafka consumer
+//	millrace_all_healthy/watermill_all_healthy, millrace_all_healthy/raw_all_healthy  the
+//	                healthy path against watermill-kafka and the raw client
 //	millrace_10pct_failing_first_attempts/millrace_all_healthy  "a failing record does not hold
 //	                back its partition": all first-attempt calls per second of the failing run
 //	                (healthy and failing, up to the last first attempt) over the baseline's
 //
 // and, in µs/record, this process's CPU per record of each variant (cpu_<variant>) and
-// cpu_failing_record, from a fifth variant, millrace_all_failing, where every record fails
+// cpu_failing_record, from a sixth variant, millrace_all_failing, where every record fails
 // once: its CPU from the first handler call to the first retry's, per record (a failed
 // attempt, the writing of its retry copy and the fetching of the copy, and the idle consumer
 // until the first retry is due, about 1 s less the run), with the issue's target
-// cpu_failing_record / cpu_millrace_all_healthy <= 2.
+// cpu_failing_record / cpu_millrace_all_healthy <= 2, and cpu_millrace_all_healthy /
+// cpu_raw_all_healthy (the raw client's CPU includes the test's counting of each record, as
+// every variant's does).
 //
 //	source .ci/services/kafka.sh
 //	go test ./adapters/kafka/ -run '^$' -bench BenchmarkRetryIsolation -benchtime 1x
@@ -197,13 +203,16 @@ func benchRounds(b *testing.B, records, rounds int) {
 			v("millrace_10pct_failing", func() benchRun { return benchMillrace(b, records, failOnce) }),
 			v("watermill_all_healthy", func() benchRun { return benchWatermill(b, records, false) }),
 			v("millrace_10pct_free", func() benchRun { return benchMillrace(b, records, failForFree) }),
+			v("raw_all_healthy", func() benchRun { return benchRaw(b, records) }),
 			v("millrace_all_failing", func() benchRun { return benchMillrace(b, records, failAll) }))
 		// millrace_all_failing has no healthy records: it is there for its CPU.
-		res := benchround.Result{Names: all.Names[:4], Values: all.Values[:4]}
+		res := benchround.Result{Names: all.Names[:5], Values: all.Values[:5]}
 		benchround.Report(b, res, "healthy/s",
 			benchround.Pair{A: "millrace_10pct_failing", B: "millrace_all_healthy"},
 			benchround.Pair{A: "millrace_10pct_free", B: "millrace_all_healthy"},
-			benchround.Pair{A: "millrace_10pct_failing", B: "watermill_all_healthy"})
+			benchround.Pair{A: "millrace_10pct_failing", B: "watermill_all_healthy"},
+			benchround.Pair{A: "millrace_all_healthy", B: "watermill_all_healthy"},
+			benchround.Pair{A: "millrace_all_healthy", B: "raw_all_healthy"})
 		// "A failing record does not hold back its partition": all first attempts per second of
 		// the failing run (healthy and failing, up to the last first attempt) over the baseline.
 		var firsts []float64
@@ -220,7 +229,9 @@ func benchRounds(b *testing.B, records, rounds int) {
 			failing = append(failing, float64(run.cpuPerFailing.Nanoseconds())/1000)
 		}
 		cpu.Names, cpu.Values = append(cpu.Names, "cpu_failing_record"), append(cpu.Values, failing)
-		benchround.Report(b, cpu, "µs/record", benchround.Pair{A: "cpu_failing_record", B: "cpu_millrace_all_healthy", Target: "<= 2"})
+		benchround.Report(b, cpu, "µs/record",
+			benchround.Pair{A: "cpu_failing_record", B: "cpu_millrace_all_healthy", Target: "<= 2"},
+			benchround.Pair{A: "cpu_millrace_all_healthy", B: "cpu_raw_all_healthy"})
 	}
 }
 
@@ -414,6 +425,53 @@ func benchMillraceIn(b *testing.B, records int, mode benchMode, atLeastOnce bool
 		res.cpuPerFailing = time.Duration(clock.cpuRetry.Load()-clock.cpuStart.Load()) / time.Duration(records)
 	}
 	return res
+}
+
+// benchRaw consumes the workload, all healthy, with a raw Sarama consumer group: the anchor of
+// what the client gives. Each claim's loop marks every record it takes, and Sarama commits the
+// marks every second (its defaults, at-least-once, no transactions).
+func benchRaw(b *testing.B, records int) benchRun {
+	setup := newAdapter(b, "", func(c *kafka.Config) {
+		c.Partitions = benchPartitions
+		c.PartitionKey = func(_ string, msg *message.Message) (string, error) { return msg.Metadata.Get("i"), nil }
+	})
+	topic := benchTopic(b, setup, millrace.RetryPolicy{MaxAttempts: 1}, records)
+	_ = setup.Close()
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V2_8_0_0
+	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	group, err := sarama.NewConsumerGroup(brokers(b), uniqueName("bench-raw"), sc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	clock := newBenchClock(records, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			if err := group.Consume(ctx, []string{topic}, rawHandler{clock}); err != nil && ctx.Err() == nil {
+				b.Error(err)
+				return
+			}
+		}
+	}()
+	defer func() { cancel(); <-done; _ = group.Close() }()
+	return clock.result(b, "raw")
+}
+
+// rawHandler is benchRaw's consumer group handler.
+type rawHandler struct{ clock *benchClock }
+
+func (rawHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }
+func (rawHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+
+func (h rawHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for rec := range claim.Messages() {
+		h.clock.call(true, true)
+		sess.MarkMessage(rec, "")
+	}
+	return nil
 }
 
 // benchWatermill runs the workload through a bare watermill-kafka subscriber and a Watermill
