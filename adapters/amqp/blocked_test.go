@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -132,29 +133,18 @@ func newBlockProxy(t *testing.T) *blockProxy {
 	var wg sync.WaitGroup
 	var conns []net.Conn
 	var cmu sync.Mutex
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", p.upstream)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			cmu.Lock()
-			conns = append(conns, c, up)
-			cmu.Unlock()
-			w := &frameWriter{c: c}
-			p.mu.Lock()
-			p.clients = append(p.clients, w)
-			p.mu.Unlock()
-			wg.Add(2)
-			go func() { defer wg.Done(); _, _ = io.Copy(up, c); _ = up.Close() }()
-			go func() { defer wg.Done(); pumpFrames(up, w); _ = c.Close() }()
-		}
-	}()
+	go acceptProxied(ln, p.upstream, func(c, up net.Conn) {
+		cmu.Lock()
+		conns = append(conns, c, up)
+		cmu.Unlock()
+		w := &frameWriter{c: c}
+		p.mu.Lock()
+		p.clients = append(p.clients, w)
+		p.mu.Unlock()
+		wg.Add(2)
+		go func() { defer wg.Done(); _, _ = io.Copy(up, c); _ = up.Close() }()
+		go func() { defer wg.Done(); pumpFrames(up, w); _ = c.Close() }()
+	})
 	t.Cleanup(func() {
 		_ = ln.Close()
 		cmu.Lock()
@@ -167,21 +157,50 @@ func newBlockProxy(t *testing.T) *blockProxy {
 	return p
 }
 
+// acceptProxied accepts connections on ln until it is closed, dials upstream (the broker) for
+// each and hands both ends to serve; a connection whose dial fails is closed.
+func acceptProxied(ln net.Listener, upstream string, serve func(client, up net.Conn)) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", upstream)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		serve(c, up)
+	}
+}
+
+// readFrame reads one AMQP frame (type, channel, size, payload, frame-end), whole.
+func readFrame(r io.Reader) ([]byte, error) {
+	hdr := make([]byte, 7)
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		return nil, err
+	}
+	size := binary.BigEndian.Uint32(hdr[3:7])
+	if size > 1<<24 {
+		return nil, fmt.Errorf("frame of %d bytes", size)
+	}
+	f := make([]byte, 7+int(size)+1)
+	copy(f, hdr)
+	if _, err := io.ReadFull(r, f[7:]); err != nil {
+		return nil, err
+	}
+	if f[len(f)-1] != 0xCE {
+		return nil, errors.New("frame end is not 0xCE")
+	}
+	return f, nil
+}
+
 // pumpFrames copies AMQP frames (type, channel, size, payload, frame-end) from src to w, one
 // whole frame per write, so that inserted frames land between two of them.
 func pumpFrames(src net.Conn, w *frameWriter) {
-	hdr := make([]byte, 7)
 	for {
-		if _, err := io.ReadFull(src, hdr); err != nil {
-			return
-		}
-		size := binary.BigEndian.Uint32(hdr[3:7])
-		if size > 1<<24 {
-			return
-		}
-		frame := make([]byte, 7+int(size)+1)
-		copy(frame, hdr)
-		if _, err := io.ReadFull(src, frame[7:]); err != nil {
+		frame, err := readFrame(src)
+		if err != nil {
 			return
 		}
 		w.write(frame)
