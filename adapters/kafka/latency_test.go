@@ -334,7 +334,7 @@ func latencyOnce(b *testing.B, rate int, delay, run time.Duration, failing bool)
 	out.processBusy = float64(proc1-proc0) / float64(wall.Nanoseconds())
 	if machine0.total > 0 && machine1.total > machine0.total {
 		busy, total := float64(machine1.busy-machine0.busy), float64(machine1.total-machine0.total)
-		out.machineBusy = busy / total * float64(runtime.NumCPU())
+		out.machineBusy = busy / total * float64(machine1.cores)
 	}
 	out.offeredPerSec = float64(wantHealthy) / sendEnd.Sub(start).Seconds()
 	out.consumedPerSec = float64(wantHealthy) / time.Duration(lastAt.Load()-start.UnixNano()).Seconds()
@@ -363,23 +363,33 @@ func latencyOnce(b *testing.B, rate int, delay, run time.Duration, failing bool)
 	return out
 }
 
-// cpuTicks is the machine's CPU time in clock ticks, summed over its cores (/proc/stat).
-type cpuTicks struct{ busy, total uint64 }
+// cpuTicks is the machine's CPU time in clock ticks, summed over its cores (/proc/stat), and
+// how many cores the sum is over.
+type cpuTicks struct {
+	busy, total uint64
+	cores       int
+}
 
 // machineCPU reads the machine's CPU time so far from /proc/stat's first line ("cpu  user
-// nice system idle iowait irq softirq steal ..."): busy is everything but idle and iowait.
+// nice system idle iowait irq softirq steal ..."), over the cores its "cpuN" lines count: busy
+// is everything but idle and iowait (steal included: time the core was not this machine's).
 // Zero where the file cannot be read (not Linux).
 func machineCPU() cpuTicks {
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return cpuTicks{}
 	}
-	line, _, _ := strings.Cut(string(data), "\n")
-	fields := strings.Fields(line)
+	lines := strings.Split(string(data), "\n")
+	fields := strings.Fields(lines[0])
 	if len(fields) < 5 || fields[0] != "cpu" {
 		return cpuTicks{}
 	}
 	var t cpuTicks
+	for _, l := range lines[1:] {
+		if strings.HasPrefix(l, "cpu") {
+			t.cores++
+		}
+	}
 	for i, f := range fields[1:] {
 		if i >= 8 { // guest and guest_nice are already counted in user and nice
 			break

@@ -53,8 +53,9 @@ type retryQueue struct {
 
 // retryQueueStats gathers what the retry queues of an adapter's subscriptions did: the most
 // records one of them held at once and how many times they paused their partitions. The tests
-// check the queue's bound on a running subscription with it; the queues update it only when
-// they pause or exceed their own largest size, never per record.
+// check the queue's bound on a running subscription with it; a queue updates it only when it
+// pauses or grows past its own largest size so far (so once per record only while it grows to
+// a new peak, which the high mark bounds).
 type retryQueueStats struct {
 	maxQueued atomic.Int64
 	pauses    atomic.Int64

@@ -168,7 +168,7 @@ func colocate(t *testing.T, topic, with string) {
 
 // TestWaitingRetriesStayBounded: however many retry records wait in the retry topic, the
 // subscription holds a bounded number of them in memory, and every one is still handled once
-// due. 3,000 records fail at once with a 4 s delay, so that all of their retry copies are in the
+// due. 3,000 records fail at once with a 6 s delay, so that all of their retry copies are in the
 // retry topic long before the first comes due; the retry partition's queue must pause the
 // partition once it holds its high mark (RetryQueueHigh), hold at most the high mark, Sarama's
 // channel and what the fetches in flight bring (with Consumer.Fetch.Default at 16 KiB, record
@@ -182,9 +182,9 @@ func TestWaitingRetriesStayBounded(t *testing.T) {
 	t.Parallel()
 	const (
 		records = 3000
-		delay   = 4 * time.Second
-		channel = 8  // Sarama's partition channel
-		batch   = 50 // records per produce request, so per record batch of the retry topic
+		delay   = 6 * time.Second // the copies are all written long before, even on a loaded machine
+		channel = 8               // Sarama's partition channel
+		batch   = 50              // records per produce request, so per record batch of the retry topic
 	)
 	topic, group := uniqueName("retrybound"), uniqueName("retrybound")
 	a := newAdapter(t, group, func(c *kafka.Config) {

@@ -303,9 +303,10 @@ func TestBatchAcksAreDeletedInBatches(t *testing.T) {
 
 // TestBatchReceivesTakeUpToTen proves that a poller receives up to 10 messages per call: with
 // 25 messages waiting before the subscription starts, Window 32 and one poller, the first
-// receive (the Window empty) asks for MaxNumberOfMessages 10 (MaxReceiveBatch) and returns
-// more than one message, no receive asks for more than 10, and the receives return the 25
-// messages, each handled once. An adapter that receives one message per call fails.
+// receive (the Window empty) asks for MaxNumberOfMessages 10 (MaxReceiveBatch), no receive
+// asks for more than 10, and the receives return the 25 messages, each handled once (how many
+// a receive returns is logged: fauxqs returns all it has, up to the number asked). An adapter
+// that receives one message per call fails.
 func TestBatchReceivesTakeUpToTen(t *testing.T) {
 	const messages = 25
 	log := &callLog{}
@@ -343,18 +344,17 @@ func TestBatchReceivesTakeUpToTen(t *testing.T) {
 		received += c.got
 	}
 	t.Logf("%d ReceiveMessage calls asked for %v and got %v", len(receives), asked, got)
-	if first := receives[0]; first.asked != sqs.MaxReceiveBatch || first.got < 2 {
-		t.Errorf("the first ReceiveMessage (the Window empty, %d messages waiting) asked for %d messages and got %d, "+
-			"want it to ask for %d (MaxReceiveBatch) and get more than one", messages, first.asked, first.got, sqs.MaxReceiveBatch)
+	// What a receive returns is the endpoint's choice (SQS may return fewer than asked from a
+	// small queue), so only what the adapter asks for is asserted.
+	if first := receives[0]; first.asked != sqs.MaxReceiveBatch {
+		t.Errorf("the first ReceiveMessage (the Window empty, %d messages waiting) asked for %d messages, want %d (MaxReceiveBatch)",
+			messages, first.asked, sqs.MaxReceiveBatch)
 	}
 	if m := slices.Max(asked); m > sqs.MaxReceiveBatch {
 		t.Errorf("a ReceiveMessage asked for %d messages, SQS allows %d", m, sqs.MaxReceiveBatch)
 	}
 	if m := slices.Min(asked); m < 1 {
 		t.Errorf("a ReceiveMessage asked for %d messages", m)
-	}
-	if slices.Max(got) < 2 {
-		t.Errorf("no ReceiveMessage returned more than one message (got %v): receives are not batched", got)
 	}
 	if received != messages {
 		t.Errorf("the receives returned %d messages, want %d", received, messages)
