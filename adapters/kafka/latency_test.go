@@ -336,7 +336,7 @@ func latencyOnce(b *testing.B, rate int, delay, run time.Duration, failing bool)
 		busy, total := float64(machine1.busy-machine0.busy), float64(machine1.total-machine0.total)
 		out.machineBusy = busy / total * float64(machine1.cores)
 	}
-	out.offeredPerSec = float64(wantHealthy) / sendEnd.Sub(start).Seconds()
+	out.offeredPerSec = float64(wantHealthy) / wall.Seconds()
 	out.consumedPerSec = float64(wantHealthy) / time.Duration(lastAt.Load()-start.UnixNano()).Seconds()
 
 	mu.Lock()

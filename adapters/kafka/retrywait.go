@@ -39,23 +39,21 @@ const retryQueueHigh = 256
 // retryQueue holds a retry partition's fetched records, in offset order, until the dispatcher
 // admits them.
 type retryQueue struct {
-	mu         sync.Mutex
-	recs       []*sarama.ConsumerMessage // recs[head:] are queued
-	head       int
-	paused     bool
-	high, low  int
-	pause      func(bool) // pauses (true) or resumes the partition's fetches
-	added      chan struct{}
-	maxQueued  int // the most records queued at once
-	pauseCount int // how many times the partition was paused
-	stats      *retryQueueStats
+	mu        sync.Mutex
+	recs      []*sarama.ConsumerMessage // recs[head:] are queued
+	head      int
+	paused    bool
+	high, low int
+	pause     func(bool) // pauses (true) or resumes the partition's fetches
+	added     chan struct{}
+	maxQueued int // the most records queued at once: stats hears of a new peak only
+	stats     *retryQueueStats
 }
 
 // retryQueueStats gathers what the retry queues of an adapter's subscriptions did: the most
 // records one of them held at once and how many times they paused their partitions. The tests
 // check the queue's bound on a running subscription with it; a queue updates it only when it
-// pauses or grows past its own largest size so far (so once per record only while it grows to
-// a new peak, which the high mark bounds).
+// pauses or grows past its own largest size so far, not on every record.
 type retryQueueStats struct {
 	maxQueued atomic.Int64
 	pauses    atomic.Int64
@@ -92,7 +90,6 @@ func (q *retryQueue) push(rec *sarama.ConsumerMessage) {
 	}
 	if !q.paused && n >= q.high {
 		q.paused = true
-		q.pauseCount++
 		q.stats.pauses.Add(1)
 		q.pause(true)
 	}
